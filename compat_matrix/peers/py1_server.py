@@ -1,0 +1,118 @@
+"""Legacy-era fixture server: FastMCP from the Python SDK mcp==1.30.0.
+
+Run with the py1 venv (see README.md):  .peers/py1/bin/python compat_matrix/peers/py1_server.py
+
+It only speaks the initialize handshake (2024-11-05 … 2025-11-25), so it is the
+"Legacy" server of the compatibility matrix. The tool set exercises every
+legacy feature the gateway must translate: plain and structured results, tool
+errors, cancellation, progress, logging, resources, prompts, and the three
+server-to-client pushes (elicitation, sampling, roots) that become MRTR
+`input_required` results on the modern side.
+"""
+
+from __future__ import annotations
+
+import anyio
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.types import SamplingMessage, TextContent
+from pydantic import BaseModel
+
+mcp = FastMCP("py1-fixture", instructions="Legacy fixture server for mcp-era-gateway tests.")
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@mcp.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers (structured result: {"result": a+b})."""
+    return a + b
+
+
+@mcp.tool()
+async def slow(ms: int) -> str:
+    """Sleep `ms` milliseconds, then return "done" (cancellation target)."""
+    await anyio.sleep(ms / 1000)
+    return "done"
+
+
+@mcp.tool()
+async def progress(steps: int, ctx: Context) -> str:
+    """Report progress once per step (only sent when the request has a progressToken)."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"step {i}/{steps}")
+        await anyio.sleep(0.01)
+    return f"completed {steps} steps"
+
+
+@mcp.tool()
+async def log_levels(ctx: Context) -> str:
+    """Emit one notifications/message at each of debug, info, warning, error."""
+    await ctx.debug("debug message")
+    await ctx.info("info message")
+    await ctx.warning("warning message")
+    await ctx.error("error message")
+    return "logged"
+
+
+@mcp.tool()
+def fail() -> str:
+    """Always fails: a tool error, i.e. a result with isError=true (not a JSON-RPC error)."""
+    raise ToolError("intentional failure")
+
+
+class NameForm(BaseModel):
+    name: str
+
+
+@mcp.tool()
+async def ask_name(ctx: Context) -> str:
+    """Ask the client for a name with a form-mode elicitation/create push."""
+    answer = await ctx.elicit("What is your name?", NameForm)
+    if answer.action != "accept":
+        return f"No name given ({answer.action})"
+    return f"Hello, {answer.data.name}"
+
+
+@mcp.tool()
+async def summarize(text: str, ctx: Context) -> str:
+    """Ask the client's LLM (sampling/createMessage push) and return its text."""
+    result = await ctx.session.create_message(
+        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+        max_tokens=100,
+    )
+    content = result.content
+    return content.text if isinstance(content, TextContent) else str(content)
+
+
+@mcp.tool()
+async def list_my_roots(ctx: Context) -> str:
+    """Fetch the client's roots (roots/list push); URIs joined by newline."""
+    result = await ctx.session.list_roots()
+    return "\n".join(str(root.uri) for root in result.roots)
+
+
+@mcp.resource("notes://index")
+def notes_index() -> str:
+    """Static resource listing the available notes."""
+    return "alpha\nbeta"
+
+
+@mcp.resource("notes://{name}")
+def note(name: str) -> str:
+    """Resource template: the body of one note."""
+    return f"Note {name}"
+
+
+@mcp.prompt()
+def greet(name: str) -> str:
+    """A one-message prompt."""
+    return f"Please greet {name} warmly."
+
+
+if __name__ == "__main__":
+    mcp.run("stdio")

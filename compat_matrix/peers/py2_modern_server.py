@@ -1,0 +1,271 @@
+"""Modern-era fixture server: MCPServer from the Python SDK mcp==2.3.0.
+
+Run with the py2 venv (see README.md):
+    .peers/py2/bin/python compat_matrix/peers/py2_modern_server.py          # modern-only
+    .peers/py2/bin/python compat_matrix/peers/py2_modern_server.py --dual   # dual-era
+
+mcp 2.3.0 is dual-era out of the box and has no modern-only switch. Without
+`--dual` this script makes it modern-only, the "Modern" server of the
+compatibility matrix: every `initialize` is refused, and the process never
+locks itself into the legacy era.
+
+Why a read-stream filter and not a `Server.middleware`: the SDK fixes a stdio
+process's era from its first request *before* middleware runs
+(`serve_dual_era_loop`). An `initialize` that reaches middleware has already
+locked the process legacy (later modern requests then get -32600), and on a
+modern-locked process the SDK answers every `initialize` itself with -32022,
+so middleware cannot give the modern-`_meta` `initialize` its -32601. Dropping
+`initialize` before the era choice gives the intended answers in every order.
+
+The tools mirror py1_server.py; elicitation, sampling and roots use the
+era-adaptive `Resolve(...)` markers, which answer modern requests with
+`resultType: "input_required"` and push real requests to legacy sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import warnings
+from importlib.metadata import version
+from types import TracebackType
+from typing import Annotated, Any, Self
+
+import anyio
+from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    METHOD_NOT_FOUND,
+    PROTOCOL_VERSION_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    CreateMessageResult,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCRequest,
+    ListRootsResult,
+    SamplingMessage,
+    TextContent,
+)
+from pydantic import BaseModel
+
+SUPPORTED_VERSIONS = ["2026-07-28"]
+
+# log_levels uses the logging API on purpose (legacy sessions still get
+# notifications/message); keep its deprecation warnings off stderr.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+
+mcp = MCPServer(
+    "py2-fixture",
+    version=version("mcp"),
+    instructions="Modern fixture server for mcp-era-gateway tests.",
+)
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@mcp.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers (structured result: {"result": a+b})."""
+    return a + b
+
+
+@mcp.tool()
+async def slow(ms: int) -> str:
+    """Sleep `ms` milliseconds, then return "done" (cancellation target)."""
+    await anyio.sleep(ms / 1000)
+    return "done"
+
+
+@mcp.tool()
+async def progress(steps: int, ctx: Context) -> str:
+    """Report progress once per step (only sent when the request has a progressToken)."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"step {i}/{steps}")
+        await anyio.sleep(0.01)
+    return f"completed {steps} steps"
+
+
+@mcp.tool()
+async def log_levels(ctx: Context) -> str:
+    """Emit one notifications/message at each of debug, info, warning, error."""
+    await ctx.debug("debug message")
+    await ctx.info("info message")
+    await ctx.warning("warning message")
+    await ctx.error("error message")
+    return "logged"
+
+
+@mcp.tool()
+def fail() -> str:
+    """Always fails: a tool error, i.e. a result with isError=true (not a JSON-RPC error)."""
+    raise ToolError("intentional failure")
+
+
+class NameForm(BaseModel):
+    name: str
+
+
+def _ask_for_name() -> Elicit[NameForm]:
+    return Elicit("What is your name?", NameForm)
+
+
+def _sample_summary(text: str) -> Sample:
+    # Takes the tool argument `text` by name; must render identically on every
+    # MRTR round, so it depends on nothing but the arguments.
+    return Sample(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+        max_tokens=100,
+    )
+
+
+def _roots() -> ListRoots:
+    return ListRoots()
+
+
+@mcp.tool()
+async def ask_name(form: Annotated[NameForm, Resolve(_ask_for_name)]) -> str:
+    """Ask the client for a name (form-mode elicitation; MRTR on modern, push on legacy)."""
+    return f"Hello, {form.name}"
+
+
+@mcp.tool()
+async def summarize(text: str, sampled: Annotated[CreateMessageResult, Resolve(_sample_summary)]) -> str:
+    """Ask the client's LLM to summarize `text` and return the sampled text."""
+    content = sampled.content
+    return content.text if isinstance(content, TextContent) else str(content)
+
+
+@mcp.tool()
+async def list_my_roots(roots: Annotated[ListRootsResult, Resolve(_roots)]) -> str:
+    """Return the client's root URIs joined by newline."""
+    return "\n".join(str(root.uri) for root in roots.roots)
+
+
+@mcp.resource("notes://index")
+def notes_index() -> str:
+    """Static resource listing the available notes."""
+    return "alpha\nbeta"
+
+
+@mcp.resource("notes://{name}")
+def note(name: str) -> str:
+    """Resource template: the body of one note."""
+    return f"Note {name}"
+
+
+@mcp.prompt()
+def greet(name: str) -> str:
+    """A one-message prompt."""
+    return f"Please greet {name} warmly."
+
+
+def initialize_rejection(request: JSONRPCRequest) -> JSONRPCError:
+    """The answer a modern-only server gives to `initialize`.
+
+    Legacy `initialize` → -32022 naming the supported versions (the spec says a
+    modern-only server SHOULD, since legacy clients can only show this text).
+    `initialize` carrying modern `_meta` → -32601: on the modern wire it is
+    simply an unknown method (what the conformance suite checks).
+    """
+    params: dict[str, Any] = request.params or {}
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+        error = ErrorData(code=METHOD_NOT_FOUND, message="Method not found", data="initialize")
+    else:
+        requested = params.get("protocolVersion")
+        error = ErrorData(
+            code=UNSUPPORTED_PROTOCOL_VERSION,
+            message=(
+                f"Unsupported protocol version {requested!r}: this server supports only "
+                f"{', '.join(SUPPORTED_VERSIONS)} (no initialize handshake)"
+            ),
+            data={"supported": SUPPORTED_VERSIONS, "requested": requested},
+        )
+    return JSONRPCError(jsonrpc="2.0", id=request.id, error=error)
+
+
+class ModernOnlyReadStream:
+    """Read stream that answers `initialize` itself and passes everything else on.
+
+    Duck-types the SDK's `ReadStream` (and its `last_context`, which the SDK
+    reads to run handlers in the sender's contextvars).
+    """
+
+    def __init__(
+        self,
+        inner: ReadStream[SessionMessage | Exception],
+        write: WriteStream[SessionMessage],
+    ) -> None:
+        self._inner = inner
+        self._write = write
+
+    @property
+    def last_context(self) -> contextvars.Context | None:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item = await self._inner.receive()
+            message = item.message if isinstance(item, SessionMessage) else None
+            if isinstance(message, JSONRPCRequest) and message.method == "initialize":
+                await self._write.send(SessionMessage(initialize_rejection(message)))
+                continue
+            return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+async def run_modern_only() -> None:
+    # Same as MCPServer.run_stdio_async, with the filter in front. There is no
+    # public accessor for the low-level server; fine for a pinned fixture.
+    server = mcp._lowlevel_server  # pyright: ignore[reportPrivateUsage]
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(
+            ModernOnlyReadStream(read_stream, write_stream),
+            write_stream,
+            server.create_initialization_options(),
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dual", action="store_true", help="serve both eras (the SDK's default behaviour)")
+    args = parser.parse_args()
+    if args.dual:
+        mcp.run("stdio")
+    else:
+        anyio.run(run_modern_only)
+
+
+if __name__ == "__main__":
+    main()
