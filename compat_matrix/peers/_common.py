@@ -1,0 +1,106 @@
+"""Shared plumbing for the fixture clients (stdlib only: imported from every venv).
+
+Every fixture client prints exactly ONE JSON object on stdout,
+    {"ok": bool, "era": str | null, "steps": [...], "error": str | null}
+and exits 0 iff every check passed, so tests and the compatibility matrix can
+treat all peers alike whatever SDK they wrap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TIMEOUT = 30.0
+ECHO_TEXT = "hello from the compat matrix"
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    """`CLIENT [--timeout S] -- SERVER_COMMAND ARGS...`"""
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        sys.exit(f"usage: {sys.argv[0]} [--timeout S] -- SERVER_COMMAND [ARGS...]")
+    cut = argv.index("--")
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="hard limit for the whole run (s)")
+    args = parser.parse_args(argv[:cut])
+    args.server = argv[cut + 1 :]
+    if not args.server:
+        parser.error("missing server command after --")
+    return args
+
+
+@dataclass
+class Report:
+    """Accumulates checks; `finish()` prints the one JSON line and exits."""
+
+    era: str | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    _done: threading.Lock = field(default_factory=threading.Lock)
+
+    def step(self, name: str, ok: bool, **detail: Any) -> bool:
+        self.steps.append({"step": name, "ok": ok, **detail})
+        return ok
+
+    def fail(self, message: str) -> None:
+        # Keep the first error: later ones are usually consequences of it.
+        if self.error is None:
+            self.error = message
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.steps) and all(s["ok"] for s in self.steps)
+
+    def finish(self) -> None:
+        """Print the report and exit; safe to call from the watchdog thread too."""
+        if not self._done.acquire(blocking=False):
+            return
+        if self.error is None and not self.ok:
+            self.error = "failed step: " + next((s["step"] for s in self.steps if not s["ok"]), "no steps ran")
+        body = {"ok": self.ok, "era": self.era, "steps": self.steps, "error": self.error}
+        sys.stdout.write(json.dumps(body, default=str) + "\n")
+        sys.stdout.flush()
+        # os._exit: also leaves when SDK tasks or threads would keep us alive.
+        os._exit(0 if self.ok else 1)
+
+
+def start_watchdog(report: Report, seconds: float) -> None:
+    """Last-resort hard timeout, in case the client's own deadline cannot fire
+    (e.g. a blocking read in a thread). Fires a little after the soft deadline."""
+
+    def expire() -> None:
+        report.fail(f"hard timeout after {seconds:.0f}s")
+        report.finish()
+
+    timer = threading.Timer(seconds + 5.0, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def leaf_exception(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) task-group exception groups: SDKs
+    built on anyio wrap a failed request in them."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def echo_arguments(tool: dict[str, Any]) -> dict[str, Any]:
+    """Arguments for a server's `echo` tool: our fixtures take `text`,
+    server-everything's takes `message`. Chosen from the input schema."""
+    props = (tool.get("inputSchema") or {}).get("properties") or {}
+    key = "text" if "text" in props else "message" if "message" in props else next(iter(props), "text")
+    return {key: ECHO_TEXT}
+
+
+def first_text(content: list[dict[str, Any]] | None) -> str | None:
+    for block in content or []:
+        if block.get("type") == "text":
+            return str(block.get("text"))
+    return None

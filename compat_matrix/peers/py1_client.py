@@ -1,0 +1,85 @@
+"""Legacy-era fixture client: `ClientSession` + `stdio_client` from mcp==1.30.0.
+
+    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--timeout S] -- SERVER_COMMAND ARGS...
+
+The "Legacy" client of the compatibility matrix: initialize handshake, then
+tools/list, `echo` (our fixtures take `text`, server-everything's takes
+`message`) and `add` when the server has it. Against a modern-only server
+the handshake fails: the report carries the server's JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import anyio
+from _common import ECHO_TEXT, Report, echo_arguments, first_text, leaf_exception, parse_args, start_watchdog
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import McpError
+
+
+async def converse(session: ClientSession, report: Report) -> None:
+    init = await session.initialize()
+    report.step(
+        "initialize",
+        True,
+        protocolVersion=init.protocolVersion,
+        serverInfo=init.serverInfo.model_dump(exclude_none=True),
+    )
+
+    listed = await session.list_tools()
+    tools: dict[str, dict[str, Any]] = {t.name: t.model_dump(exclude_none=True) for t in listed.tools}
+    report.step("tools/list", True, tools=sorted(tools))
+    if not report.step("echo tool listed", "echo" in tools):
+        return
+
+    result = await session.call_tool("echo", echo_arguments(tools["echo"]))
+    content = [block.model_dump() for block in result.content]
+    text = first_text(content)
+    report.step("tools/call echo", text is not None and ECHO_TEXT in text and not result.isError, text=text)
+
+    if "add" in tools:
+        result = await session.call_tool("add", {"a": 2, "b": 3})
+        structured = result.structuredContent
+        text = first_text([block.model_dump() for block in result.content])
+        value = structured.get("result") if structured else text
+        report.step("tools/call add", str(value) == "5" and not result.isError, structuredContent=structured, text=text)
+
+
+async def run(command: list[str], report: Report) -> None:
+    # stdio_client passes only a few default variables unless told otherwise;
+    # hand the whole environment through (MCP_PEERS_DIR, PATH of the venvs, …).
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await converse(session, report)
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    report = Report(era="legacy")
+    start_watchdog(report, args.timeout)
+    try:
+        # fail_after cancels the whole run; stdio_client's exit then reaps the server.
+        anyio.run(_with_deadline, args.server, report, args.timeout)
+    except BaseException as group:  # noqa: BLE001 - every failure becomes the report
+        exc = leaf_exception(group)
+        if isinstance(exc, McpError):
+            report.step("error", False, code=exc.error.code, message=exc.error.message, data=exc.error.data)
+            report.fail(f"JSON-RPC error {exc.error.code}: {exc.error.message}")
+        elif isinstance(exc, TimeoutError):
+            report.fail(f"timeout after {args.timeout:.0f}s")
+        else:
+            report.fail(f"{type(exc).__name__}: {exc}")
+    report.finish()
+
+
+async def _with_deadline(command: list[str], report: Report, seconds: float) -> None:
+    with anyio.fail_after(seconds):
+        await run(command, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
