@@ -1,0 +1,152 @@
+"""Gateway settings: TOML file, then command-line overrides (the CLI wins)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from gateway import era
+from gateway.translate import CacheHint
+
+DEFAULT_CLIENT_INFO = {"name": "mcp-era-gateway", "version": "0.1.0"}
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    # Downstream
+    listen: str = "stdio"
+    # Upstream
+    command: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    upstream_era: str = "auto"  # auto | modern | legacy
+    client_info: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CLIENT_INFO))
+    max_sessions: int = 1
+    # Bounds (seconds, bytes, counts)
+    probe_timeout: float = 5.0
+    startup_timeout: float = 30.0
+    request_timeout: float = 120.0
+    shutdown_grace: float = 5.0
+    restart_backoff_initial: float = 0.25
+    restart_backoff_max: float = 10.0
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_inflight_per_client: int = 256
+    # Cache hints for translated results (2026-07-28 "Caching")
+    cache_ttl_ms: dict[str, int] = field(default_factory=dict)
+    cache_scope: dict[str, str] = field(default_factory=dict)
+    default_ttl_ms: int = 0
+    default_cache_scope: str = "private"
+    # Logging
+    log_level: str = "info"
+    log_format: str = "console"  # console | json
+
+    def cache_hint(self, method: str) -> CacheHint:
+        return CacheHint(
+            ttl_ms=self.cache_ttl_ms.get(method, self.default_ttl_ms),
+            scope=self.cache_scope.get(method, self.default_cache_scope),
+        )
+
+    def with_overrides(self, **overrides: Any) -> Config:
+        cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        if self.upstream_era not in ("auto", "modern", "legacy"):
+            raise ConfigError(
+                f"upstream_era must be auto, modern or legacy, not {self.upstream_era!r}"
+            )
+        if self.log_format not in ("console", "json"):
+            raise ConfigError(f"log_format must be console or json, not {self.log_format!r}")
+        if self.listen != "stdio":
+            raise ConfigError(
+                f"listen: only 'stdio' is supported in this version, not {self.listen!r}"
+            )
+        if self.max_sessions < 1:
+            raise ConfigError("max_sessions must be at least 1")
+        for name in ("probe_timeout", "startup_timeout", "request_timeout", "shutdown_grace"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if self.max_message_bytes < 1024:
+            raise ConfigError("max_message_bytes must be at least 1024")
+        for scope in [self.default_cache_scope, *self.cache_scope.values()]:
+            if scope not in ("public", "private"):
+                raise ConfigError(f"cache scope must be public or private, not {scope!r}")
+        for method in [*self.cache_ttl_ms, *self.cache_scope]:
+            if method not in era.CACHEABLE:
+                raise ConfigError(
+                    f"{method!r} is not a cacheable method ({', '.join(sorted(era.CACHEABLE))})"
+                )
+
+
+# TOML table.key -> Config field
+_KEYS: dict[tuple[str, str], str] = {
+    ("gateway", "listen"): "listen",
+    ("gateway", "log_level"): "log_level",
+    ("gateway", "log_format"): "log_format",
+    ("gateway", "max_message_bytes"): "max_message_bytes",
+    ("gateway", "max_inflight_per_client"): "max_inflight_per_client",
+    ("gateway", "shutdown_grace"): "shutdown_grace",
+    ("upstream", "command"): "command",
+    ("upstream", "cwd"): "cwd",
+    ("upstream", "env"): "env",
+    ("upstream", "era"): "upstream_era",
+    ("upstream", "client_info"): "client_info",
+    ("upstream", "max_sessions"): "max_sessions",
+    ("upstream", "probe_timeout"): "probe_timeout",
+    ("upstream", "startup_timeout"): "startup_timeout",
+    ("upstream", "request_timeout"): "request_timeout",
+    ("upstream", "restart_backoff_initial"): "restart_backoff_initial",
+    ("upstream", "restart_backoff_max"): "restart_backoff_max",
+    ("cache", "default_ttl_ms"): "default_ttl_ms",
+    ("cache", "default_scope"): "default_cache_scope",
+    ("cache", "ttl_ms"): "cache_ttl_ms",
+    ("cache", "scope"): "cache_scope",
+}
+_TYPES = {f.name: f.type for f in fields(Config)}
+
+
+def load(path: str | Path | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from None
+    values: dict[str, Any] = {}
+    for table, body in raw.items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"top-level key {table!r} must be a table")
+        for key, value in body.items():
+            name = _KEYS.get((table, key))
+            if name is None:
+                raise ConfigError(f"unknown config key [{table}] {key}")
+            values[name] = _coerce(name, value, f"[{table}] {key}")
+    cfg = Config(**values)
+    cfg.check()
+    return cfg
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    kind = str(_TYPES[name])
+    if name == "command":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a non-empty list of strings")
+        return tuple(value)
+    if kind.startswith("dict"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a table")
+        return dict(value)
+    if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind in ("str", "str | None") and isinstance(value, str):
+        return value
+    raise ConfigError(f"{where} has the wrong type ({type(value).__name__}, expected {kind})")

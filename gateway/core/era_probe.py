@@ -1,0 +1,79 @@
+"""Classifying an upstream server (2026-07-28 stdio "Backward Compatibility").
+
+Send `server/discover` with modern `_meta`. A DiscoverResult or a recognised
+modern error means modern; anything else (or silence) means legacy. The
+fallback is deliberately not keyed to one error code: legacy servers answer
+unknown pre-initialize requests with whatever they like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import era, wire
+
+# Errors only a modern server sends (2026-07-28 "Error Codes").
+MODERN_ERRORS = frozenset(
+    {
+        wire.HEADER_MISMATCH,
+        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        wire.UNSUPPORTED_PROTOCOL_VERSION,
+    }
+)
+
+
+def discover_request(
+    msg_id: wire.RequestId, version: str, client_info: dict[str, Any]
+) -> wire.Message:
+    return wire.request(
+        msg_id,
+        "server/discover",
+        {
+            "_meta": {
+                era.PROTOCOL_VERSION: version,
+                era.CLIENT_CAPABILITIES: {},
+                era.CLIENT_INFO: client_info,
+            }
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeVerdict:
+    era: era.Era
+    # Set when the server is modern and answered the discover.
+    discover: dict[str, Any] | None = None
+    # Set when the server is modern but wants another version we also speak.
+    retry_version: str | None = None
+    reason: str = ""
+
+
+def judge(reply: wire.Message, ours: tuple[str, ...] = era.MODERN_VERSIONS) -> ProbeVerdict:
+    """The era a reply to our `server/discover` reveals."""
+    if "result" in reply:
+        result = reply["result"]
+        supported = result.get("supportedVersions")
+        if isinstance(supported, list) and "capabilities" in result:
+            common = [v for v in ours if v in supported]
+            if common:
+                return ProbeVerdict(era.Era.MODERN, discover=result, reason="DiscoverResult")
+            # DESIGN §4: modern, but nothing in common: use it as legacy if it can be.
+            return ProbeVerdict(era.Era.LEGACY, reason=f"no common modern version in {supported}")
+        return ProbeVerdict(era.Era.LEGACY, reason="result is not a DiscoverResult")
+    error = reply.get("error") or {}
+    code = error.get("code")
+    if code in MODERN_ERRORS:
+        data = error.get("data")
+        supported = data.get("supported") if isinstance(data, dict) else None
+        if code == wire.UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list):
+            common = [v for v in ours if v in supported]
+            if common:
+                return ProbeVerdict(
+                    era.Era.MODERN,
+                    retry_version=common[0],
+                    reason="-32022 names a version we speak",
+                )
+            return ProbeVerdict(era.Era.LEGACY, reason=f"no common modern version in {supported}")
+        return ProbeVerdict(era.Era.MODERN, reason=f"modern error {code}")
+    return ProbeVerdict(era.Era.LEGACY, reason=f"error {code}: {error.get('message', '')!s:.80}")

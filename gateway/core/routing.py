@@ -1,0 +1,265 @@
+"""Which path a downstream message takes, and how the answer comes back.
+
+`route_request` is the whole per-message decision of DESIGN §4-5 for the
+request/response traffic: answer locally, or forward with translated params
+and a shape that says how to translate the reply. It is a pure function of the
+message, the client's legacy session (if any) and the upstream profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from gateway import era, translate, wire
+from gateway.core.profile import UpstreamProfile
+
+
+class Shape(Enum):
+    PASS = "pass"  # same era both sides
+    TO_MODERN = "to_modern"  # legacy server's answer for a modern client
+    TO_LEGACY = "to_legacy"  # modern server's answer for a legacy client
+
+
+@dataclass(slots=True)
+class LegacyClientSession:
+    """DESIGN §5.2.2: the state a legacy client believes the server holds."""
+
+    version: str
+    capabilities: dict[str, Any]
+    client_info: dict[str, Any] | None
+    initialized: bool = False
+    log_level: str | None = None
+
+    def modern_capabilities(self) -> dict[str, Any]:
+        return era.client_caps_to_modern(self.capabilities)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    message: wire.Message
+    opens_session: LegacyClientSession | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    method: str
+    params: dict[str, Any] | None
+    shape: Shape
+    client_era: era.Era
+    # The client capabilities that matter upstream (modern shape) and the log
+    # level the request asked for: they pick and tune the upstream session.
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
+
+
+Decision = Reply | Forward
+
+
+def _method_not_found(msg_id: wire.RequestId, method: str, why: str) -> Reply:
+    return Reply(
+        wire.error_response(msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method} ({why})")
+    )
+
+
+def route_request(
+    msg: wire.Message,
+    session: LegacyClientSession | None,
+    profile: UpstreamProfile,
+    discover_cache: translate.CacheHint,
+) -> Decision:
+    msg_id: wire.RequestId = msg["id"]
+    method: str = msg["method"]
+    params: dict[str, Any] | None = msg.get("params")
+    if era.is_modern(msg):
+        return _route_modern(msg, msg_id, method, params, profile, discover_cache)
+    if method == "initialize":
+        return _open_session(msg_id, params, session, profile)
+    if method == "ping":
+        # 2025-11-25 "Ping": allowed before initialization completes.
+        return Reply(wire.result_response(msg_id, {}))
+    if session is None:
+        return Reply(
+            wire.error_response(
+                msg_id,
+                wire.INVALID_REQUEST,
+                "Invalid request: the session is not initialized; send initialize first"
+                f" (or, for protocol {era.NEWEST_MODERN}, put the per-request fields in _meta)",
+            )
+        )
+    if method == "logging/setLevel":
+        level = (params or {}).get("level")
+        if level not in era.LOG_RANK:
+            return Reply(
+                wire.error_response(
+                    msg_id,
+                    wire.INVALID_PARAMS,
+                    f"Invalid params: level must be one of {', '.join(era.LOG_LEVELS)}",
+                )
+            )
+        session.log_level = level
+        if profile.era is era.Era.LEGACY:
+            # The upstream session is shared; the gateway sets its level and filters per client.
+            return Forward(method, params, Shape.PASS, era.Era.LEGACY, log_level=level)
+        return Reply(wire.result_response(msg_id, {}))
+    caps = session.modern_capabilities()
+    if profile.era is era.Era.LEGACY:
+        return Forward(method, params, Shape.PASS, era.Era.LEGACY, caps, session.log_level)
+    if method in ("resources/subscribe", "resources/unsubscribe"):
+        return _method_not_found(msg_id, method, "not yet bridged to modern servers")
+    if method in era.MODERN_ONLY:
+        return _method_not_found(msg_id, method, f"not part of protocol {session.version}")
+    upstream_params = translate.add_modern_meta(
+        params,
+        version=profile.version,
+        capabilities=caps,
+        client_info=session.client_info,
+        log_level=session.log_level,
+    )
+    return Forward(
+        method, upstream_params, Shape.TO_LEGACY, era.Era.LEGACY, caps, session.log_level
+    )
+
+
+def _route_modern(
+    msg: wire.Message,
+    msg_id: wire.RequestId,
+    method: str,
+    params: dict[str, Any] | None,
+    profile: UpstreamProfile,
+    discover_cache: translate.CacheHint,
+) -> Decision:
+    problem = era.check_modern_meta(msg)
+    if problem is not None:
+        return Reply(problem)
+    if method in era.REMOVED_IN_MODERN:
+        return _method_not_found(msg_id, method, f"removed in protocol {era.NEWEST_MODERN}")
+    meta = era.meta_of(msg) or {}
+    caps: dict[str, Any] = meta[era.CLIENT_CAPABILITIES]
+    level: str | None = meta.get(era.LOG_LEVEL)
+    if profile.era is era.Era.MODERN:
+        return Forward(method, params, Shape.PASS, era.Era.MODERN, caps, level)
+    if method == "server/discover":
+        assert profile.initialize is not None
+        return Reply(
+            wire.result_response(
+                msg_id,
+                translate.discover_from_initialize(
+                    profile.initialize,
+                    era.MODERN_VERSIONS,
+                    discover_cache,
+                ),
+            )
+        )
+    if method == "subscriptions/listen":
+        return _method_not_found(msg_id, method, "not yet bridged to legacy servers")
+    return Forward(
+        method, translate.strip_modern_meta(params), Shape.TO_MODERN, era.Era.MODERN, caps, level
+    )
+
+
+def _open_session(
+    msg_id: wire.RequestId,
+    params: dict[str, Any] | None,
+    session: LegacyClientSession | None,
+    profile: UpstreamProfile,
+) -> Reply:
+    if session is not None:
+        return Reply(
+            wire.error_response(
+                msg_id,
+                wire.INVALID_REQUEST,
+                "Invalid request: the session is already initialized",
+            )
+        )
+    params = params or {}
+    requested = params.get("protocolVersion")
+    caps = params.get("capabilities")
+    info = params.get("clientInfo")
+    if not isinstance(requested, str) or not isinstance(caps, dict):
+        return Reply(
+            wire.error_response(
+                msg_id,
+                wire.INVALID_PARAMS,
+                "Invalid params: initialize needs protocolVersion (string)"
+                " and capabilities (object)",
+            )
+        )
+    version = era.negotiate_legacy(requested)
+    if profile.era is era.Era.LEGACY:
+        # Never promise a newer revision than the upstream session speaks.
+        version = min(version, profile.version)
+        assert profile.initialize is not None
+        result = dict(profile.initialize)
+        result["protocolVersion"] = version
+    else:
+        assert profile.discover is not None
+        result = translate.initialize_from_discover(
+            profile.discover,
+            version,
+            legacy_server_capabilities(profile.capabilities),
+        )
+    new = LegacyClientSession(
+        version=version,
+        capabilities=caps,
+        client_info=info if isinstance(info, dict) else None,
+    )
+    return Reply(wire.result_response(msg_id, result), opens_session=new)
+
+
+def legacy_server_capabilities(modern_caps: dict[str, Any]) -> dict[str, Any]:
+    """A modern server's capabilities as a legacy client may use them today.
+
+    Resource subscriptions need `subscriptions/listen`, which is not bridged yet,
+    so `resources.subscribe` is not advertised rather than promised and broken.
+    """
+    caps = era.server_caps_to_legacy(modern_caps)
+    resources = caps.get("resources")
+    if isinstance(resources, dict) and resources.get("subscribe"):
+        caps["resources"] = {k: v for k, v in resources.items() if k != "subscribe"}
+    return caps
+
+
+def shape_reply(
+    forward: Forward,
+    reply: wire.Message,
+    client_id: wire.RequestId,
+    profile: UpstreamProfile,
+    cache: translate.CacheHint | None,
+) -> wire.Message:
+    """The upstream's answer, in the client's era, under the client's id."""
+    if "error" in reply:
+        error = reply["error"]
+        if forward.shape is Shape.TO_MODERN:
+            error = translate.error_to_modern(error)
+        return {"jsonrpc": "2.0", "id": client_id, "error": error}
+    result = reply["result"]
+    if forward.shape is Shape.TO_MODERN:
+        result = translate.result_to_modern(forward.method, result, profile.server_info, cache)
+    elif forward.shape is Shape.TO_LEGACY:
+        result = translate.result_to_legacy(result)
+    return {"jsonrpc": "2.0", "id": client_id, "result": result}
+
+
+def route_notification(
+    msg: wire.Message, session: LegacyClientSession | None, profile: UpstreamProfile
+) -> wire.Message | None:
+    """A client notification to pass upstream (translated), or None to consume it.
+
+    `notifications/cancelled` never reaches here: it needs the id map.
+    """
+    method = msg["method"]
+    modern_client = session is None
+    if method == "notifications/initialized":
+        if session is not None:
+            session.initialized = True
+        return None
+    if profile.era is era.Era.MODERN:
+        # 2026-07-28 removed roots/list_changed; other client notifications of a
+        # legacy session have no modern meaning.
+        return msg if modern_client else None
+    if modern_client:
+        params = translate.strip_modern_meta(msg.get("params"))
+        return wire.notification(method, params)
+    return msg

@@ -1,0 +1,43 @@
+"""`mcp-era-gateway probe`: classify an upstream server and report what it said."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anyio
+import orjson
+
+from gateway import wire
+from gateway.config import Config
+from gateway.runtime.upstream_pool import UpstreamPool, UpstreamUnavailable
+from gateway.runtime.upstream_session import UpstreamSession
+
+
+async def _ignore(session: UpstreamSession, msg: wire.Message) -> None:
+    if "id" in msg:
+        await session.respond(
+            wire.error_response(
+                msg["id"], wire.METHOD_NOT_FOUND, "the probe answers no server requests"
+            )
+        )
+
+
+async def run_probe(config: Config) -> int:
+    pool = UpstreamPool(config, _ignore)
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        await pool.start(tg)
+        try:
+            profile = await pool.ready()
+            report = {**profile.describe(), "probe": pool.probe_report}
+            code = 0
+        except UpstreamUnavailable as exc:
+            report = {"era": None, "error": str(exc)}
+            code = 1
+        report["elapsedMs"] = round((time.monotonic() - started) * 1000, 1)
+        await pool.aclose()
+        tg.cancel_scope.cancel()
+    # The report is this command's output, so it goes to stdout.
+    os.write(1, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    return code

@@ -1,0 +1,60 @@
+"""One downstream client connection, whatever its transport."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from gateway import wire
+from gateway.core.routing import LegacyClientSession
+
+_link_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class InflightCall:
+    """A client request the gateway is working on (for cancellation)."""
+
+    scope: anyio.CancelScope
+    log_level: str | None = None
+
+
+@dataclass(slots=True)
+class ForwardedServerRequest:
+    """A server-to-client request the gateway passed to this client."""
+
+    session: object
+    upstream_id: wire.RequestId
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: wire.Message | None = None
+    cancelled: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class ClientLink:
+    send: Callable[[wire.Message], Awaitable[None]]
+    principal: str = "local"
+    transport: str = "stdio"
+    session: LegacyClientSession | None = None
+    inflight: dict[wire.RequestId, InflightCall] = field(default_factory=dict)
+    server_requests: dict[str, ForwardedServerRequest] = field(default_factory=dict)
+    id: int = field(default_factory=lambda: next(_link_ids))
+    # Set when the last in-flight call ends while someone waits to drain.
+    drained: anyio.Event | None = None
+    _next_server_request: int = 0
+
+    def next_server_request_id(self) -> str:
+        self._next_server_request += 1
+        return f"gw-{self._next_server_request}"
+
+    def call_ended(self, msg_id: wire.RequestId) -> None:
+        self.inflight.pop(msg_id, None)
+        if not self.inflight and self.drained is not None:
+            self.drained.set()
+
+    def declared(self, feature: str) -> bool:
+        """Whether this client's legacy session declared a client feature."""
+        return self.session is not None and feature in self.session.capabilities

@@ -1,0 +1,412 @@
+"""The gateway at work: reads each client's messages, asks the core where they
+go, carries the answer back, and routes what the upstream sends on its own.
+This is the one layer that awaits; every wait in it has a bound."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+
+from gateway import era, wire
+from gateway.config import Config
+from gateway.core import routing
+from gateway.core.profile import UpstreamProfile
+from gateway.runtime.client_link import ClientLink, ForwardedServerRequest, InflightCall
+from gateway.runtime.upstream_pool import UpstreamPool, UpstreamUnavailable
+from gateway.runtime.upstream_session import (
+    ProgressRoute,
+    UpstreamGone,
+    UpstreamSession,
+    UpstreamTimeout,
+)
+
+log = structlog.get_logger("gateway")
+
+
+class GatewayService:
+    def __init__(
+        self, config: Config, tap: Callable[[str, wire.Message], None] | None = None
+    ) -> None:
+        self.config = config
+        self.pool = UpstreamPool(config, self._on_server_message, tap)
+        self.links: set[ClientLink] = set()
+
+    # -- client side -----------------------------------------------------
+    async def handle_client_message(
+        self, link: ClientLink, msg: wire.Message, tg: anyio.abc.TaskGroup
+    ) -> None:
+        """Take one message from a client. Requests run as tasks in `tg` (the
+        link's own task group), so a slow call never holds up the next line."""
+        kind = wire.kind_of(msg)
+        if kind is wire.Kind.REQUEST:
+            msg_id = msg["id"]
+            if msg_id in link.inflight:
+                await link.send(
+                    wire.error_response(
+                        msg_id,
+                        wire.INVALID_REQUEST,
+                        "Invalid Request: a request with this id is still in progress",
+                    )
+                )
+                return
+            if len(link.inflight) >= self.config.max_inflight_per_client:
+                await link.send(
+                    wire.gateway_error(
+                        msg_id,
+                        wire.INTERNAL_ERROR,
+                        "Too many requests in flight"
+                        f" (limit {self.config.max_inflight_per_client})",
+                        reason="inflight-limit",
+                    )
+                )
+                return
+            call = InflightCall(anyio.CancelScope())
+            link.inflight[msg_id] = call
+            tg.start_soon(self._run_request, link, msg, call)
+        elif kind is wire.Kind.NOTIFICATION:
+            await self._handle_client_notification(link, msg)
+        else:
+            self._handle_client_reply(link, msg)
+
+    async def _run_request(self, link: ClientLink, msg: wire.Message, call: InflightCall) -> None:
+        msg_id = msg["id"]
+        try:
+            with call.scope:
+                reply = await self._answer(link, msg, call)
+                if reply is not None:
+                    await link.send(reply)
+            if call.scope.cancelled_caught:
+                log.debug("request cancelled by the client", id=msg_id)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("client went away before its answer", id=msg_id)
+        finally:
+            link.call_ended(msg_id)
+
+    async def _answer(
+        self, link: ClientLink, msg: wire.Message, call: InflightCall
+    ) -> wire.Message | None:
+        msg_id = msg["id"]
+        try:
+            with anyio.fail_after(self.config.startup_timeout):
+                profile = await self.pool.ready()
+        except (UpstreamUnavailable, TimeoutError) as exc:
+            return wire.gateway_error(
+                msg_id,
+                wire.INTERNAL_ERROR,
+                f"Upstream server unavailable: {exc}",
+                reason="upstream-unavailable",
+            )
+        decision = routing.route_request(
+            msg, link.session, profile, self.config.cache_hint("server/discover")
+        )
+        if isinstance(decision, routing.Reply):
+            if decision.opens_session is not None:
+                link.session = decision.opens_session
+                log.info(
+                    "legacy client session opened",
+                    link=link.id,
+                    version=decision.opens_session.version,
+                    client=decision.opens_session.client_info,
+                )
+            return decision.message
+        call.log_level = decision.log_level
+        try:
+            reply = await self._forward(link, decision)
+            if decision.shape is routing.Shape.TO_LEGACY and _is_unsupported_version(reply):
+                # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
+                profile = await self.pool.rediscover()
+                decision = routing.route_request(
+                    msg, link.session, profile, self.config.cache_hint("server/discover")
+                )
+                if isinstance(decision, routing.Reply):
+                    return decision.message
+                reply = await self._forward(link, decision)
+        except UpstreamTimeout as exc:
+            return wire.gateway_error(
+                msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
+            )
+        except (UpstreamGone, UpstreamUnavailable) as exc:
+            return wire.gateway_error(
+                msg_id,
+                wire.INTERNAL_ERROR,
+                f"Upstream server failed: {exc}",
+                reason="upstream-failed",
+            )
+        current = self.pool.profile or profile
+        if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
+            return wire.gateway_error(
+                msg_id,
+                wire.INTERNAL_ERROR,
+                "The server asked for client input (MRTR input_required), which this gateway "
+                "version does not yet bridge to legacy clients",
+                reason="mrtr-not-bridged",
+            )
+        return routing.shape_reply(
+            decision, reply, msg_id, current, self.config.cache_hint(decision.method)
+        )
+
+    async def _forward(self, link: ClientLink, decision: routing.Forward) -> wire.Message:
+        session = await self.pool.session_for(link.principal, decision.client_capabilities)
+        level = session.log_level_needed(decision.log_level)
+        if level is not None:
+            await self._set_upstream_level(session, level)
+        if decision.method == "logging/setLevel":
+            # Served by the level machinery above; the shared session's level
+            # is the gateway's, so the client is answered here.
+            return wire.result_response(0, {})
+        params: dict[str, Any] | None = decision.params
+        token = _progress_token(params)
+        upstream_token = None
+        if token is not None:
+            upstream_token = session.progress_token(link, token)
+            params = _with_progress_token(params, upstream_token)
+        try:
+            return await session.call(
+                decision.method,
+                params,
+                timeout=self.config.request_timeout,
+                owner=link,
+                log_level=decision.log_level,
+            )
+        finally:
+            if upstream_token is not None:
+                session.progress.pop(upstream_token, None)
+
+    async def _set_upstream_level(self, session: UpstreamSession, level: str) -> None:
+        reply = await session.call(
+            "logging/setLevel", {"level": level}, timeout=self.config.request_timeout
+        )
+        if "error" in reply:
+            log.warning("upstream refused logging/setLevel", level=level, error=reply["error"])
+        else:
+            session.upstream_log_level = level
+
+    async def _handle_client_notification(self, link: ClientLink, msg: wire.Message) -> None:
+        method = msg["method"]
+        if method == "notifications/cancelled":
+            params = msg.get("params") or {}
+            target = params.get("requestId")
+            call = link.inflight.get(target) if wire.is_request_id(target) else None  # type: ignore[arg-type]
+            if call is not None:
+                # The task's cancellation sends the upstream its own
+                # notifications/cancelled with the upstream id, and no reply
+                # goes to the client (2026-07-28 "Cancellation", "Behavior Requirements").
+                call.scope.cancel()
+            return
+        profile = self.pool.profile
+        if profile is None:
+            return
+        upstream_msg = routing.route_notification(msg, link.session, profile)
+        if upstream_msg is None:
+            return
+        key_caps = link.session.modern_capabilities() if link.session else {}
+        try:
+            session = await self.pool.session_for(link.principal, key_caps)
+            await session.notify(upstream_msg["method"], upstream_msg.get("params"))
+        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+            log.warning("client notification not delivered upstream", method=method, error=str(exc))
+
+    def _handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
+        msg_id = msg.get("id")
+        forwarded = link.server_requests.get(msg_id) if isinstance(msg_id, str) else None
+        if forwarded is None:
+            log.warning("client answered no request of ours", id=msg_id, link=link.id)
+            return
+        forwarded.reply = msg
+        forwarded.done.set()
+
+    # -- server side -----------------------------------------------------
+    async def _on_server_message(self, session: UpstreamSession, msg: wire.Message) -> None:
+        """Runs on the upstream reader: never blocks for long."""
+        if "id" in msg:
+            if msg["method"] == "ping":
+                # DESIGN §5.1.5: the gateway answers the legacy server's ping itself.
+                await session.respond(wire.result_response(msg["id"], {}))
+                return
+            assert self._tg is not None
+            self._tg.start_soon(self._serve_server_request, session, msg)
+            return
+        await self._route_server_notification(session, msg)
+
+    async def _serve_server_request(self, session: UpstreamSession, msg: wire.Message) -> None:
+        msg_id = msg["id"]
+        method = msg["method"]
+        feature = era.CLIENT_FEATURE_METHODS.get(method)
+        reply: wire.Message | None
+        owners = session.owners()
+        owner = next(iter(owners)) if len(owners) == 1 else None
+        if feature is None:
+            reply = wire.error_response(
+                msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method}"
+            )
+        elif not isinstance(owner, ClientLink):
+            why = (
+                "no client call is in progress"
+                if not owners
+                else "several clients have calls in progress"
+            )
+            log.warning("server request with no client to ask", method=method, why=why)
+            reply = wire.error_response(
+                msg_id, wire.INVALID_REQUEST, f"{method} cannot be routed to a client: {why}"
+            )
+        elif owner.session is None:
+            reply = wire.error_response(
+                msg_id,
+                wire.METHOD_NOT_FOUND,
+                f"{method}: the modern client cannot be asked yet (MRTR bridging is not enabled)",
+            )
+        elif not owner.declared(feature):
+            log.info("server request for an undeclared client feature refused", method=method)
+            reply = wire.error_response(
+                msg_id,
+                wire.METHOD_NOT_FOUND,
+                f"Method not found: the client did not declare the {feature} capability",
+            )
+        else:
+            reply = await self._ask_legacy_client(owner, session, msg)
+        if reply is not None:
+            await session.respond(reply)
+
+    async def _ask_legacy_client(
+        self, link: ClientLink, session: UpstreamSession, msg: wire.Message
+    ) -> wire.Message | None:
+        """Pass a legacy server's request to a legacy client under a gateway id.
+
+        None means the server cancelled it meanwhile and wants no answer.
+        """
+        gateway_id = link.next_server_request_id()
+        forwarded = ForwardedServerRequest(session, msg["id"])
+        link.server_requests[gateway_id] = forwarded
+        try:
+            await link.send(wire.request(gateway_id, msg["method"], msg.get("params")))
+            with anyio.fail_after(self.config.request_timeout):
+                await forwarded.done.wait()
+        except TimeoutError:
+            return wire.error_response(
+                msg["id"], wire.INTERNAL_ERROR, "the client did not answer in time"
+            )
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return wire.error_response(msg["id"], wire.INTERNAL_ERROR, "the client went away")
+        finally:
+            link.server_requests.pop(gateway_id, None)
+        if forwarded.cancelled or forwarded.reply is None:
+            return None
+        answer = dict(forwarded.reply)
+        answer["id"] = msg["id"]
+        return answer
+
+    async def _route_server_notification(self, session: UpstreamSession, msg: wire.Message) -> None:
+        method = msg["method"]
+        params: dict[str, Any] = msg.get("params") or {}
+        if method == "notifications/progress":
+            route = session.progress.get(str(params.get("progressToken")))
+            if route is not None:
+                await self._send_progress(route, msg)
+            return
+        if method == "notifications/message":
+            level = params.get("level")
+            for link in list(self.links):
+                if _wants_log(link, session, level):
+                    await _send_quietly(link, msg)
+            return
+        if method == "notifications/cancelled":
+            # The server gave up on a request it sent; tell the client we passed it to.
+            target = params.get("requestId")
+            for link in list(self.links):
+                for gateway_id, forwarded in list(link.server_requests.items()):
+                    if forwarded.session is session and forwarded.upstream_id == target:
+                        forwarded.cancelled = True
+                        forwarded.done.set()
+                        await _send_quietly(
+                            link,
+                            wire.notification(
+                                "notifications/cancelled",
+                                {**params, "requestId": gateway_id},
+                            ),
+                        )
+            return
+        if session.profile is not None and session.profile.era is era.Era.LEGACY:
+            # Same-era passthrough for legacy clients (list_changed, resources/updated, …).
+            for link in list(self.links):
+                if link.session is not None:
+                    await _send_quietly(link, msg)
+            return
+        log.debug("server notification with no listener dropped", method=method)
+
+    async def _send_progress(self, route: ProgressRoute, msg: wire.Message) -> None:
+        params = dict(msg.get("params") or {})
+        params["progressToken"] = route.client_token
+        link = route.owner
+        if isinstance(link, ClientLink):
+            await _send_quietly(link, wire.notification("notifications/progress", params))
+
+    # -- lifecycle -------------------------------------------------------
+    _tg: anyio.abc.TaskGroup | None = None
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        await self.pool.start(tg)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+
+def _wants_log(link: ClientLink, session: UpstreamSession, level: Any) -> bool:
+    """DESIGN §5.1.5: a client sees a log message only at a level it asked for.
+
+    A modern client asks per request (`io.modelcontextprotocol/logLevel`), so it
+    gets messages while such a request runs; a legacy client asked once for its
+    session with logging/setLevel.
+    """
+    if level not in era.LOG_RANK:
+        return False
+    rank = era.LOG_RANK[level]
+    if link.session is not None:
+        asked = link.session.log_level
+        if asked is None:
+            # Legacy default: the server decides what to send; pass it on for
+            # a legacy server, and a modern one sends nothing unasked.
+            return session.profile is not None and session.profile.era is era.Era.LEGACY
+        return era.LOG_RANK[asked] <= rank
+    return any(
+        call.log_level is not None and era.LOG_RANK[call.log_level] <= rank
+        for call in link.inflight.values()
+    )
+
+
+async def _send_quietly(link: ClientLink, msg: wire.Message) -> None:
+    try:
+        await link.send(msg)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        log.debug("notification to a departed client dropped", link=link.id)
+
+
+def _progress_token(params: dict[str, Any] | None) -> str | int | None:
+    meta = (params or {}).get("_meta")
+    if isinstance(meta, dict):
+        token = meta.get("progressToken")
+        if wire.is_request_id(token):
+            return token
+    return None
+
+
+def _with_progress_token(params: dict[str, Any] | None, token: str) -> dict[str, Any]:
+    out = dict(params or {})
+    out["_meta"] = {**out.get("_meta", {}), "progressToken": token}
+    return out
+
+
+def _is_unsupported_version(reply: wire.Message) -> bool:
+    error = reply.get("error")
+    return isinstance(error, dict) and error.get("code") == wire.UNSUPPORTED_PROTOCOL_VERSION
+
+
+def _is_input_required(reply: wire.Message) -> bool:
+    result = reply.get("result")
+    return isinstance(result, dict) and result.get("resultType") == "input_required"
+
+
+__all__ = ["GatewayService", "UpstreamProfile"]

@@ -1,0 +1,310 @@
+"""The upstream server processes: spawning, era probing, legacy handshakes,
+restarts with backoff, and which session serves which request (DESIGN §4,
+§5.1.1, §6)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from gateway import era, wire
+from gateway.backs.stdio_back import StdioServerProcess
+from gateway.config import Config
+from gateway.core import era_probe, legacy_handshake
+from gateway.core.profile import UpstreamProfile
+from gateway.runtime.upstream_session import (
+    ServerMessageHandler,
+    SessionKey,
+    UpstreamGone,
+    UpstreamSession,
+    UpstreamTimeout,
+)
+
+log = structlog.get_logger("gateway.pool")
+
+FEATURES = ("elicitation", "roots", "sampling")
+# A session that lived this long was healthy: its exit starts backoff afresh.
+HEALTHY_SECONDS = 30.0
+
+
+# Modern servers are stateless: one connection serves every client and principal.
+MODERN_KEY = SessionKey("*", frozenset())
+
+
+class UpstreamUnavailable(Exception):
+    pass
+
+
+def capabilities_for(features: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in legacy_handshake.BRIDGEABLE_CAPABILITIES.items() if k in features}
+
+
+class UpstreamPool:
+    def __init__(
+        self,
+        config: Config,
+        handler: ServerMessageHandler,
+        tap: Callable[[str, wire.Message], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._tap = tap
+        self._handler = handler
+        self._tg: TaskGroup | None = None
+        self.era: era.Era | None = None
+        self.profile: UpstreamProfile | None = None
+        self.probe_report: dict[str, Any] = {}
+        self.sessions: dict[SessionKey, UpstreamSession] = {}
+        self._processes: dict[UpstreamSession, StdioServerProcess] = {}
+        self._lock = anyio.Lock()
+        self._ready = anyio.Event()
+        self._failure: str | None = None
+        self._crashes = 0
+        self._last_crash = 0.0
+        self.restarts = 0
+
+    # -- lifecycle -------------------------------------------------------
+    async def start(self, tg: TaskGroup) -> None:
+        """Settle the upstream's era and open its first session."""
+        self._tg = tg
+        try:
+            with anyio.fail_after(self.config.startup_timeout):
+                async with self._lock:
+                    await self._open(self._default_key("local"), first=True)
+        except (TimeoutError, UpstreamUnavailable, UpstreamGone, OSError) as exc:
+            self._failure = _describe(exc) or "startup timed out"
+            log.error("upstream unavailable", reason=self._failure)
+        finally:
+            self._ready.set()
+
+    async def ready(self) -> UpstreamProfile:
+        await self._ready.wait()
+        if self.profile is None:
+            raise UpstreamUnavailable(self._failure or "upstream never became ready")
+        return self.profile
+
+    async def aclose(self) -> None:
+        sessions = list(self._processes.items())
+        self._processes.clear()
+        self.sessions.clear()
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for session, process in sessions:
+                    session.close("gateway shutting down")
+                    tg.start_soon(process.aclose, self.config.shutdown_grace)
+
+    # -- choosing a session ----------------------------------------------
+    def _default_key(self, principal: str) -> SessionKey:
+        return SessionKey(principal, frozenset(FEATURES))
+
+    def key_for(self, principal: str, client_caps: dict[str, Any]) -> SessionKey:
+        if self.era is era.Era.MODERN:
+            return MODERN_KEY
+        if self.config.max_sessions == 1:
+            return self._default_key(principal)
+        return SessionKey(principal, frozenset(f for f in FEATURES if f in client_caps))
+
+    async def session_for(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession:
+        await self.ready()
+        key = self.key_for(principal, client_caps)
+        session = self.sessions.get(key)
+        if session is not None and session.alive:
+            return session
+        with anyio.fail_after(self.config.startup_timeout):
+            async with self._lock:
+                session = self.sessions.get(key)
+                if session is not None and session.alive:
+                    return session
+                await self._make_room(key)
+                return await self._open(key, first=False)
+
+    async def _make_room(self, key: SessionKey) -> None:
+        live = [s for s in self.sessions.values() if s.alive and s.key != key]
+        if len(live) < self.config.max_sessions:
+            return
+        idle = [s for s in live if not s.pending]
+        if not idle:
+            raise UpstreamUnavailable(
+                f"all {self.config.max_sessions} upstream sessions are busy (max_sessions)"
+            )
+        await self._retire(idle[0], "evicted to make room for another session")
+
+    async def _retire(self, session: UpstreamSession, reason: str) -> None:
+        session.close(reason)
+        if self.sessions.get(session.key) is session:
+            del self.sessions[session.key]
+        process = self._processes.pop(session, None)
+        if process is not None:
+            await process.aclose(self.config.shutdown_grace)
+
+    # -- opening ---------------------------------------------------------
+    async def _open(self, key: SessionKey, *, first: bool) -> UpstreamSession:
+        await self._backoff()
+        session = await self._spawn(key)
+        try:
+            if first or self.era is None:
+                session = await self._settle_era(session, key)
+                if self.era is era.Era.MODERN:
+                    key = MODERN_KEY
+                    session.key = key
+            elif self.era is era.Era.MODERN:
+                await self._discover(session, era.NEWEST_MODERN)
+            else:
+                await self._initialize(session, key)
+        except BaseException:
+            await self._retire(session, "failed to open")
+            raise
+        self.sessions[key] = session
+        return session
+
+    async def _backoff(self) -> None:
+        if self._crashes == 0:
+            return
+        cfg = self.config
+        delay = min(cfg.restart_backoff_initial * 2 ** (self._crashes - 1), cfg.restart_backoff_max)
+        wait = self._last_crash + delay - time.monotonic()
+        if wait > 0:
+            log.info("restarting upstream after backoff", delay=round(wait, 3))
+            await anyio.sleep(wait)
+
+    async def _spawn(self, key: SessionKey) -> UpstreamSession:
+        cfg = self.config
+        process = await StdioServerProcess.spawn(
+            cfg.command,
+            max_bytes=cfg.max_message_bytes,
+            env=cfg.env or None,
+            cwd=cfg.cwd,
+        )
+        process.tap = self._tap
+        session = UpstreamSession(process, key, label=f"pid {process.pid}")
+        self._processes[session] = process
+        assert self._tg is not None
+        self._tg.start_soon(process.pump_stderr)
+        self._tg.start_soon(self._supervise, session, process)
+        return session
+
+    async def _supervise(self, session: UpstreamSession, process: StdioServerProcess) -> None:
+        await session.run_reader(self._handler)
+        if self._processes.pop(session, None) is None:
+            return  # retired on purpose
+        if self.sessions.get(session.key) is session:
+            del self.sessions[session.key]
+        code = await process.aclose(self.config.shutdown_grace)
+        if time.monotonic() - session.started > HEALTHY_SECONDS:
+            self._crashes = 0
+        self._crashes += 1
+        self._last_crash = time.monotonic()
+        self.restarts += 1
+        log.warning(
+            "upstream exited; the next request restarts it",
+            returncode=code,
+            reason=session.closed_reason,
+        )
+
+    async def _settle_era(self, session: UpstreamSession, key: SessionKey) -> UpstreamSession:
+        started = time.monotonic()
+        pinned = self.config.upstream_era
+        if pinned == "legacy":
+            verdict = era_probe.ProbeVerdict(era.Era.LEGACY, reason="pinned by config")
+        elif pinned == "modern":
+            verdict = era_probe.ProbeVerdict(era.Era.MODERN, reason="pinned by config")
+        else:
+            verdict = await self._probe(session)
+            if verdict.retry_version is not None:
+                verdict = await self._probe(session, verdict.retry_version)
+        if verdict.era is era.Era.MODERN:
+            version = verdict.retry_version or era.NEWEST_MODERN
+            if verdict.discover is not None:
+                self.profile = UpstreamProfile.from_discover(verdict.discover, version)
+            else:
+                await self._discover(session, version)
+            session.profile = self.profile
+            self.era = era.Era.MODERN
+        else:
+            self.era = era.Era.LEGACY
+            if not session.alive:
+                # DESIGN §4: a process that dies during the probe is restarted
+                # and treated as legacy.
+                await self._retire(session, "died during the probe")
+                session = await self._spawn(key)
+            await self._initialize(session, key)
+        self.probe_report = {
+            "reason": verdict.reason,
+            "elapsedMs": round((time.monotonic() - started) * 1000, 1),
+        }
+        log.info(
+            "upstream era settled",
+            era=self.era.value,
+            reason=verdict.reason,
+            server=(self.profile.server_info if self.profile else None),
+        )
+        return session
+
+    async def _probe(
+        self, session: UpstreamSession, version: str = era.NEWEST_MODERN
+    ) -> era_probe.ProbeVerdict:
+        try:
+            reply = await session.call(
+                "server/discover",
+                era_probe.discover_request(0, version, self.config.client_info)["params"],
+                timeout=self.config.probe_timeout,
+            )
+        except UpstreamTimeout:
+            return era_probe.ProbeVerdict(era.Era.LEGACY, reason="no answer to server/discover")
+        except UpstreamGone as exc:
+            return era_probe.ProbeVerdict(era.Era.LEGACY, reason=f"died during probe: {exc.reason}")
+        return era_probe.judge(reply)
+
+    async def _discover(self, session: UpstreamSession, version: str) -> None:
+        reply = await self._call(
+            session,
+            "server/discover",
+            era_probe.discover_request(0, version, self.config.client_info)["params"],
+        )
+        verdict = era_probe.judge(reply)
+        if verdict.discover is None:
+            raise UpstreamUnavailable(f"server/discover failed: {verdict.reason}")
+        self.profile = UpstreamProfile.from_discover(verdict.discover, version)
+        session.profile = self.profile
+
+    async def _initialize(self, session: UpstreamSession, key: SessionKey) -> None:
+        caps = capabilities_for(key.features)
+        request = legacy_handshake.initialize_request(0, caps, self.config.client_info)
+        reply = await self._call(session, "initialize", request["params"])
+        try:
+            result = legacy_handshake.accept(reply)
+        except legacy_handshake.HandshakeError as exc:
+            raise UpstreamUnavailable(str(exc)) from None
+        await session.notify("notifications/initialized")
+        profile = UpstreamProfile.from_initialize(result)
+        session.profile = profile
+        # Every legacy session of one server reports the same server; the first
+        # one's answer is the profile clients see.
+        if self.profile is None or self.profile.era is not era.Era.LEGACY:
+            self.profile = profile
+
+    async def _call(
+        self, session: UpstreamSession, method: str, params: dict[str, Any]
+    ) -> wire.Message:
+        try:
+            return await session.call(method, params, timeout=self.config.startup_timeout)
+        except (UpstreamGone, UpstreamTimeout) as exc:
+            raise UpstreamUnavailable(f"{method} failed: {exc}") from None
+
+    async def rediscover(self) -> UpstreamProfile:
+        """DESIGN §5.2.7: refresh a modern server's profile after a -32022."""
+        session = await self.session_for("*", {})
+        async with self._lock:
+            await self._discover(session, era.NEWEST_MODERN)
+        assert self.profile is not None
+        return self.profile
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, UpstreamGone):
+        return exc.reason
+    return str(exc)
