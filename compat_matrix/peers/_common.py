@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULT_TIMEOUT = 30.0
 ECHO_TEXT = "hello from the compat matrix"
@@ -27,7 +27,9 @@ def parse_args(description: str) -> argparse.Namespace:
         sys.exit(f"usage: {sys.argv[0]} [--timeout S] -- SERVER_COMMAND [ARGS...]")
     cut = argv.index("--")
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="hard limit for the whole run (s)")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="hard limit for the whole run (s)"
+    )
     args = parser.parse_args(argv[:cut])
     args.server = argv[cut + 1 :]
     if not args.server:
@@ -57,12 +59,15 @@ class Report:
     def ok(self) -> bool:
         return self.error is None and bool(self.steps) and all(s["ok"] for s in self.steps)
 
-    def finish(self) -> None:
+    def finish(self) -> NoReturn:
         """Print the report and exit; safe to call from the watchdog thread too."""
         if not self._done.acquire(blocking=False):
-            return
+            # The other thread is already printing the report and will exit.
+            threading.Event().wait()
         if self.error is None and not self.ok:
-            self.error = "failed step: " + next((s["step"] for s in self.steps if not s["ok"]), "no steps ran")
+            self.error = "failed step: " + next(
+                (s["step"] for s in self.steps if not s["ok"]), "no steps ran"
+            )
         body = {"ok": self.ok, "era": self.era, "steps": self.steps, "error": self.error}
         sys.stdout.write(json.dumps(body, default=str) + "\n")
         sys.stdout.flush()
@@ -95,7 +100,13 @@ def echo_arguments(tool: dict[str, Any]) -> dict[str, Any]:
     """Arguments for a server's `echo` tool: our fixtures take `text`,
     server-everything's takes `message`. Chosen from the input schema."""
     props = (tool.get("inputSchema") or {}).get("properties") or {}
-    key = "text" if "text" in props else "message" if "message" in props else next(iter(props), "text")
+    key = (
+        "text"
+        if "text" in props
+        else "message"
+        if "message" in props
+        else next(iter(props), "text")
+    )
     return {key: ECHO_TEXT}
 
 

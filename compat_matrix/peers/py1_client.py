@@ -11,11 +11,18 @@ the handshake fails: the report carries the server's JSON-RPC error.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import anyio
-from _common import ECHO_TEXT, Report, echo_arguments, first_text, leaf_exception, parse_args, start_watchdog
+from _common import (
+    ECHO_TEXT,
+    Report,
+    echo_arguments,
+    first_text,
+    leaf_exception,
+    parse_args,
+    start_watchdog,
+)
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
@@ -31,7 +38,9 @@ async def converse(session: ClientSession, report: Report) -> None:
     )
 
     listed = await session.list_tools()
-    tools: dict[str, dict[str, Any]] = {t.name: t.model_dump(exclude_none=True) for t in listed.tools}
+    tools: dict[str, dict[str, Any]] = {
+        t.name: t.model_dump(exclude_none=True) for t in listed.tools
+    }
     report.step("tools/list", True, tools=sorted(tools))
     if not report.step("echo tool listed", "echo" in tools):
         return
@@ -39,14 +48,21 @@ async def converse(session: ClientSession, report: Report) -> None:
     result = await session.call_tool("echo", echo_arguments(tools["echo"]))
     content = [block.model_dump() for block in result.content]
     text = first_text(content)
-    report.step("tools/call echo", text is not None and ECHO_TEXT in text and not result.isError, text=text)
+    report.step(
+        "tools/call echo", text is not None and ECHO_TEXT in text and not result.isError, text=text
+    )
 
     if "add" in tools:
         result = await session.call_tool("add", {"a": 2, "b": 3})
         structured = result.structuredContent
         text = first_text([block.model_dump() for block in result.content])
         value = structured.get("result") if structured else text
-        report.step("tools/call add", str(value) == "5" and not result.isError, structuredContent=structured, text=text)
+        report.step(
+            "tools/call add",
+            str(value) == "5" and not result.isError,
+            structuredContent=structured,
+            text=text,
+        )
 
 
 async def run(command: list[str], report: Report) -> None:
@@ -64,10 +80,12 @@ def main() -> None:
     try:
         # fail_after cancels the whole run; stdio_client's exit then reaps the server.
         anyio.run(_with_deadline, args.server, report, args.timeout)
-    except BaseException as group:  # noqa: BLE001 - every failure becomes the report
+    except BaseException as group:
         exc = leaf_exception(group)
         if isinstance(exc, McpError):
-            report.step("error", False, code=exc.error.code, message=exc.error.message, data=exc.error.data)
+            report.step(
+                "error", False, code=exc.error.code, message=exc.error.message, data=exc.error.data
+            )
             report.fail(f"JSON-RPC error {exc.error.code}: {exc.error.message}")
         elif isinstance(exc, TimeoutError):
             report.fail(f"timeout after {args.timeout:.0f}s")
@@ -82,4 +100,4 @@ async def _with_deadline(command: list[str], report: Report, seconds: float) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

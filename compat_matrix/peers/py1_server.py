@@ -12,11 +12,17 @@ server-to-client pushes (elicitation, sampling, roots) that become MRTR
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.session import ServerSession
 from mcp.types import SamplingMessage, TextContent
 from pydantic import BaseModel
+
+# FastMCP finds the context parameter by its (parametrised) Context class.
+Ctx = Context[ServerSession, Any, Any]
 
 mcp = FastMCP("py1-fixture", instructions="Legacy fixture server for mcp-era-gateway tests.")
 
@@ -41,7 +47,7 @@ async def slow(ms: int) -> str:
 
 
 @mcp.tool()
-async def progress(steps: int, ctx: Context) -> str:
+async def progress(steps: int, ctx: Ctx) -> str:
     """Report progress once per step (only sent when the request has a progressToken)."""
     for i in range(1, steps + 1):
         await ctx.report_progress(i, steps, f"step {i}/{steps}")
@@ -50,7 +56,7 @@ async def progress(steps: int, ctx: Context) -> str:
 
 
 @mcp.tool()
-async def log_levels(ctx: Context) -> str:
+async def log_levels(ctx: Ctx) -> str:
     """Emit one notifications/message at each of debug, info, warning, error."""
     await ctx.debug("debug message")
     await ctx.info("info message")
@@ -70,7 +76,7 @@ class NameForm(BaseModel):
 
 
 @mcp.tool()
-async def ask_name(ctx: Context) -> str:
+async def ask_name(ctx: Ctx) -> str:
     """Ask the client for a name with a form-mode elicitation/create push."""
     answer = await ctx.elicit("What is your name?", NameForm)
     if answer.action != "accept":
@@ -79,10 +85,14 @@ async def ask_name(ctx: Context) -> str:
 
 
 @mcp.tool()
-async def summarize(text: str, ctx: Context) -> str:
+async def summarize(text: str, ctx: Ctx) -> str:
     """Ask the client's LLM (sampling/createMessage push) and return its text."""
     result = await ctx.session.create_message(
-        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+        messages=[
+            SamplingMessage(
+                role="user", content=TextContent(type="text", text=f"Summarize: {text}")
+            )
+        ],
         max_tokens=100,
     )
     content = result.content
@@ -90,7 +100,7 @@ async def summarize(text: str, ctx: Context) -> str:
 
 
 @mcp.tool()
-async def list_my_roots(ctx: Context) -> str:
+async def list_my_roots(ctx: Ctx) -> str:
     """Fetch the client's roots (roots/list push); URIs joined by newline."""
     result = await ctx.session.list_roots()
     return "\n".join(str(root.uri) for root in result.roots)

@@ -1,7 +1,7 @@
 """Dual-era fixture client: `mcp.Client` from mcp==2.3.0.
 
-    .peers/py2/bin/python compat_matrix/peers/py2_client.py [--mode auto|legacy|2026-07-28] [--timeout S] \
-        -- SERVER_COMMAND ARGS...
+    .peers/py2/bin/python compat_matrix/peers/py2_client.py [--mode auto|legacy|2026-07-28] \
+        [--timeout S] -- SERVER_COMMAND ARGS...
 
 The "Dual-era" client of the compatibility matrix. In the default `auto`
 mode the SDK probes `server/discover` (10 s probe timeout) and falls back to
@@ -12,6 +12,7 @@ Then tools/list and `echo` (`add` too when present).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Any
@@ -33,14 +34,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 def parse_args() -> tuple[str, float, list[str]]:
     # Same shape as _common.parse_args, plus --mode.
-    import argparse
-
     argv = sys.argv[1:]
     if "--" not in argv:
         sys.exit(f"usage: {sys.argv[0]} [--mode M] [--timeout S] -- SERVER_COMMAND [ARGS...]")
     cut = argv.index("--")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", default="auto", help="Client mode: auto (default), legacy, or a modern version")
+    parser.add_argument(
+        "--mode", default="auto", help="Client mode: auto (default), legacy, or a modern version"
+    )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     args = parser.parse_args(argv[:cut])
     if not argv[cut + 1 :]:
@@ -70,14 +71,21 @@ async def converse(client: Client, report: Report) -> None:
 
     result = await client.call_tool("echo", echo_arguments(tools["echo"]))
     text = first_text([block.model_dump() for block in result.content])
-    report.step("tools/call echo", text is not None and ECHO_TEXT in text and not result.is_error, text=text)
+    report.step(
+        "tools/call echo", text is not None and ECHO_TEXT in text and not result.is_error, text=text
+    )
 
     if "add" in tools:
         result = await client.call_tool("add", {"a": 2, "b": 3})
         structured = result.structured_content
         text = first_text([block.model_dump() for block in result.content])
         value = structured.get("result") if structured else text
-        report.step("tools/call add", str(value) == "5" and not result.is_error, structuredContent=structured, text=text)
+        report.step(
+            "tools/call add",
+            str(value) == "5" and not result.is_error,
+            structuredContent=structured,
+            text=text,
+        )
 
 
 async def run(mode: str, command: list[str], report: Report, seconds: float) -> None:
@@ -94,10 +102,12 @@ def main() -> None:
     start_watchdog(report, timeout)
     try:
         anyio.run(run, mode, command, report, timeout)
-    except BaseException as group:  # noqa: BLE001 - every failure becomes the report
+    except BaseException as group:
         exc = leaf_exception(group)
         if isinstance(exc, MCPError):
-            report.step("error", False, code=exc.error.code, message=exc.error.message, data=exc.error.data)
+            report.step(
+                "error", False, code=exc.error.code, message=exc.error.message, data=exc.error.data
+            )
             report.fail(f"JSON-RPC error {exc.error.code}: {exc.error.message}")
         elif isinstance(exc, TimeoutError):
             report.fail(f"timeout after {timeout:.0f}s")
@@ -107,4 +117,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

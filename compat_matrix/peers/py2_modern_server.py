@@ -35,8 +35,8 @@ import anyio
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     METHOD_NOT_FOUND,
@@ -137,7 +137,9 @@ async def ask_name(form: Annotated[NameForm, Resolve(_ask_for_name)]) -> str:
 
 
 @mcp.tool()
-async def summarize(text: str, sampled: Annotated[CreateMessageResult, Resolve(_sample_summary)]) -> str:
+async def summarize(
+    text: str, sampled: Annotated[CreateMessageResult, Resolve(_sample_summary)]
+) -> str:
     """Ask the client's LLM to summarize `text` and return the sampled text."""
     content = sampled.content
     return content.text if isinstance(content, TextContent) else str(content)
@@ -259,7 +261,9 @@ async def run_modern_only() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dual", action="store_true", help="serve both eras (the SDK's default behaviour)")
+    parser.add_argument(
+        "--dual", action="store_true", help="serve both eras (the SDK's default behaviour)"
+    )
     args = parser.parse_args()
     if args.dual:
         mcp.run("stdio")

@@ -16,7 +16,6 @@ import itertools
 import json
 import queue
 import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -47,13 +46,15 @@ class Peer:
         self.notifications: list[dict[str, Any]] = []
         self.unexpected: list[dict[str, Any]] = []
         # stderr is inherited: the server's logs stay visible, our stdout stays one JSON line.
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            line = line.strip()
+        for raw in self.proc.stdout:
+            line = raw.strip()
             if not line:
                 continue
             try:
@@ -64,7 +65,10 @@ class Peer:
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         request_id = next(self.ids)
-        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}) + "\n"
+        line = (
+            json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            + "\n"
+        )
         assert self.proc.stdin is not None
         self.proc.stdin.write(line.encode())
         self.proc.stdin.flush()
@@ -77,11 +81,14 @@ class Peer:
             except queue.Empty:
                 raise TimeoutError(f"no answer to {method} before the deadline") from None
             if message is None:
-                raise EOFError(f"server closed stdout while waiting for {method} (exit {self.proc.poll()})")
+                raise EOFError(
+                    f"server closed stdout while waiting for {method} (exit {self.proc.poll()})"
+                )
             if message.get("id") == request_id and "method" not in message:
                 if "error" in message:
                     raise RpcError(message["error"])
-                return message["result"]
+                result: dict[str, Any] = message["result"]
+                return result
             if "method" in message and "id" not in message:
                 self.notifications.append(message)
             else:
@@ -132,10 +139,14 @@ def converse(peer: Peer, report: Report) -> None:
         return
 
     assert echo is not None
-    result = peer.request("tools/call", {"_meta": META, "name": "echo", "arguments": echo_arguments(echo)})
+    result = peer.request(
+        "tools/call", {"_meta": META, "name": "echo", "arguments": echo_arguments(echo)}
+    )
     text = first_text(result.get("content"))
     check_complete(report, "tools/call echo", result)
-    report.step("echo text", text is not None and ECHO_TEXT in text and not result.get("isError"), text=text)
+    report.step(
+        "echo text", text is not None and ECHO_TEXT in text and not result.get("isError"), text=text
+    )
 
     if peer.unexpected:
         report.step("no server-to-client requests or junk", False, unexpected=peer.unexpected[:5])
@@ -158,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

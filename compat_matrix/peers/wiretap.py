@@ -13,10 +13,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, TextIO
+from typing import IO, TextIO
 
 
-def pump(src: BinaryIO, dst: BinaryIO, log: TextIO, tag: str, lock: threading.Lock, close_dst: bool) -> None:
+def pump(
+    src: IO[bytes], dst: IO[bytes], tag: str, *, log: TextIO, lock: threading.Lock, close_dst: bool
+) -> None:
     for line in src:
         with lock:
             log.write(f"{time.monotonic():.3f} {tag} {line.decode(errors='replace').rstrip()}\n")
@@ -32,13 +34,18 @@ def main() -> int:
         sys.exit(f"usage: {sys.argv[0]} LOGFILE -- SERVER_COMMAND [ARGS...]")
     lock = threading.Lock()
     with open(sys.argv[1], "a", encoding="utf-8") as log:
-        proc = subprocess.Popen(sys.argv[3:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        proc = subprocess.Popen(
+            sys.argv[3:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
         assert proc.stdin is not None and proc.stdout is not None
         inbound = threading.Thread(
-            target=pump, args=(sys.stdin.buffer, proc.stdin, log, ">", lock, True), daemon=True
+            target=pump,
+            args=(sys.stdin.buffer, proc.stdin, ">"),
+            kwargs={"log": log, "lock": lock, "close_dst": True},
+            daemon=True,
         )
         inbound.start()
-        pump(proc.stdout, sys.stdout.buffer, log, "<", lock, False)
+        pump(proc.stdout, sys.stdout.buffer, "<", log=log, lock=lock, close_dst=False)
         return proc.wait()
 
 
