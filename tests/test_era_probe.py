@@ -14,8 +14,9 @@ def test_discover_result_means_modern() -> None:
 
 
 def test_unsupported_version_with_common_version_means_modern_retry() -> None:
-    reply = wire.error_response(1, -32022, "no", {"supported": ["2030-01-01", "2026-07-28"],
-                                                  "requested": "x"})
+    reply = wire.error_response(
+        1, -32022, "no", {"supported": ["2030-01-01", "2026-07-28"], "requested": "x"}
+    )
     verdict = era_probe.judge(reply, ("2026-07-28",))
     assert verdict.era is era.Era.MODERN and verdict.retry_version == "2026-07-28"
 

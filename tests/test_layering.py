@@ -9,8 +9,19 @@ from pathlib import Path
 import pytest
 
 PURE = ["wire.py", "era.py", "translate.py", "core"]
-FORBIDDEN = {"anyio", "structlog", "asyncio", "socket", "subprocess", "time", "os", "select",
-             "gateway.runtime", "gateway.fronts", "gateway.backs"}
+FORBIDDEN = {
+    "anyio",
+    "structlog",
+    "asyncio",
+    "socket",
+    "subprocess",
+    "time",
+    "os",
+    "select",
+    "gateway.runtime",
+    "gateway.fronts",
+    "gateway.backs",
+}
 ROOT = Path(__file__).resolve().parent.parent / "gateway"
 
 

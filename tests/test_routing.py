@@ -11,8 +11,12 @@ from gateway.core import routing
 from gateway.core.profile import UpstreamProfile
 
 HINT = translate.CacheHint()
-META = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {"sampling": {}},
-        "com.example/trace": "t1", "progressToken": 5}
+META = {
+    era.PROTOCOL_VERSION: "2026-07-28",
+    era.CLIENT_CAPABILITIES: {"sampling": {}},
+    "com.example/trace": "t1",
+    "progressToken": 5,
+}
 LEGACY_INIT = {
     "protocolVersion": "2025-06-18",
     "capabilities": {"tools": {}, "logging": {}, "resources": {"subscribe": True}},
@@ -20,11 +24,17 @@ LEGACY_INIT = {
     "instructions": "legacy says hi",
 }
 DISCOVER = {
-    "resultType": "complete", "supportedVersions": ["2026-07-28"],
-    "capabilities": {"tools": {}, "resources": {"subscribe": True, "listChanged": True},
-                     "extensions": {"io.modelcontextprotocol/tasks": {}}},
-    "_meta": {era.SERVER_INFO: {"name": "new", "version": "2"}}, "instructions": "modern says hi",
-    "ttlMs": 1000, "cacheScope": "public",
+    "resultType": "complete",
+    "supportedVersions": ["2026-07-28"],
+    "capabilities": {
+        "tools": {},
+        "resources": {"subscribe": True, "listChanged": True},
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+    },
+    "_meta": {era.SERVER_INFO: {"name": "new", "version": "2"}},
+    "instructions": "modern says hi",
+    "ttlMs": 1000,
+    "cacheScope": "public",
 }
 LEGACY = UpstreamProfile.from_initialize(LEGACY_INIT)
 MODERN = UpstreamProfile.from_discover(DISCOVER, "2026-07-28")
@@ -35,8 +45,9 @@ def modern(method: str, **params: Any) -> wire.Message:
 
 
 def session() -> routing.LegacyClientSession:
-    return routing.LegacyClientSession("2025-11-25", {"roots": {"listChanged": True}},
-                                       {"name": "c", "version": "1"})
+    return routing.LegacyClientSession(
+        "2025-11-25", {"roots": {"listChanged": True}}, {"name": "c", "version": "1"}
+    )
 
 
 def test_modern_to_legacy_strips_protocol_keys_only() -> None:
@@ -90,8 +101,15 @@ def test_legacy_request_without_session_is_refused_but_ping_works() -> None:
 
 
 def test_initialize_against_modern_server_is_answered_by_the_gateway() -> None:
-    init = wire.request(1, "initialize", {"protocolVersion": "2025-06-18",
-                                          "capabilities": {"roots": {}}, "clientInfo": {"name": "c"}})
+    init = wire.request(
+        1,
+        "initialize",
+        {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"roots": {}},
+            "clientInfo": {"name": "c"},
+        },
+    )
     d = routing.route_request(init, None, MODERN, HINT)
     assert isinstance(d, routing.Reply) and d.opens_session is not None
     result = d.message["result"]
@@ -119,7 +137,9 @@ def test_initialize_never_promises_more_than_the_legacy_upstream() -> None:
 
 
 def test_bad_initialize_and_second_initialize() -> None:
-    d = routing.route_request(wire.request(1, "initialize", {"capabilities": {}}), None, MODERN, HINT)
+    d = routing.route_request(
+        wire.request(1, "initialize", {"capabilities": {}}), None, MODERN, HINT
+    )
     assert isinstance(d, routing.Reply) and d.message["error"]["code"] == wire.INVALID_PARAMS
     init = wire.request(2, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
     d = routing.route_request(init, session(), MODERN, HINT)
@@ -134,15 +154,19 @@ def test_legacy_to_modern_adds_meta_from_the_session() -> None:
     assert isinstance(d, routing.Forward) and d.shape is routing.Shape.TO_LEGACY
     assert d.params is not None
     assert d.params["_meta"] == {
-        "progressToken": "p", era.PROTOCOL_VERSION: "2026-07-28",
-        era.CLIENT_CAPABILITIES: {"roots": {}}, era.CLIENT_INFO: {"name": "c", "version": "1"},
+        "progressToken": "p",
+        era.PROTOCOL_VERSION: "2026-07-28",
+        era.CLIENT_CAPABILITIES: {"roots": {}},
+        era.CLIENT_INFO: {"name": "c", "version": "1"},
         era.LOG_LEVEL: "warning",
     }
 
 
 def test_legacy_set_level_is_kept_in_the_session() -> None:
     s = session()
-    d = routing.route_request(wire.request(1, "logging/setLevel", {"level": "error"}), s, MODERN, HINT)
+    d = routing.route_request(
+        wire.request(1, "logging/setLevel", {"level": "error"}), s, MODERN, HINT
+    )
     assert isinstance(d, routing.Reply) and d.message["result"] == {}
     assert s.log_level == "error"
     d = routing.route_request(wire.request(1, "logging/setLevel", {"level": "x"}), s, MODERN, HINT)
@@ -163,14 +187,19 @@ def test_shape_reply_for_each_path() -> None:
     ok = routing.shape_reply(fwd, wire.result_response(9, {"contents": []}), "c1", LEGACY, HINT)
     assert ok["result"]["resultType"] == "complete" and ok["result"]["ttlMs"] == 0
     back = routing.Forward("tools/list", {}, routing.Shape.TO_LEGACY, era.Era.LEGACY)
-    res = routing.shape_reply(back, wire.result_response(9, {**DISCOVER, "tools": []}), 3, MODERN, HINT)
+    res = routing.shape_reply(
+        back, wire.result_response(9, {**DISCOVER, "tools": []}), 3, MODERN, HINT
+    )
     assert "resultType" not in res["result"] and "_meta" not in res["result"]
     assert res["id"] == 3
 
 
 def test_client_notifications() -> None:
     s = session()
-    assert routing.route_notification(wire.notification("notifications/initialized"), s, MODERN) is None
+    assert (
+        routing.route_notification(wire.notification("notifications/initialized"), s, MODERN)
+        is None
+    )
     assert s.initialized
     roots = wire.notification("notifications/roots/list_changed")
     assert routing.route_notification(roots, s, MODERN) is None  # removed in 2026-07-28

@@ -14,13 +14,16 @@ HINT = translate.CacheHint(ttl_ms=5, scope="public")
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=10,
 )
 # A legacy result never carries the modern-only top-level keys.
 legacy_results = st.dictionaries(
     st.text(max_size=10).filter(lambda k: k not in ("resultType", "ttlMs", "cacheScope")),
-    json_values, max_size=6,
+    json_values,
+    max_size=6,
 )
 foreign_meta = st.dictionaries(
     st.text(max_size=12).filter(lambda k: not k.startswith(era.PREFIX)), json_values, max_size=4
@@ -54,11 +57,20 @@ def test_server_own_server_info_is_kept() -> None:
     assert out["_meta"][era.SERVER_INFO] == mine
 
 
-@given(foreign_meta, st.dictionaries(st.text(max_size=5).filter(lambda k: k != "_meta"),
-                                     json_values, max_size=4))
+@given(
+    foreign_meta,
+    st.dictionaries(st.text(max_size=5).filter(lambda k: k != "_meta"), json_values, max_size=4),
+)
 def test_strip_keeps_every_foreign_meta_key(meta: dict[str, Any], body: dict[str, Any]) -> None:
-    params = {**body, "_meta": {**meta, era.PROTOCOL_VERSION: "2026-07-28",
-                                era.CLIENT_CAPABILITIES: {}, era.LOG_LEVEL: "info"}}
+    params = {
+        **body,
+        "_meta": {
+            **meta,
+            era.PROTOCOL_VERSION: "2026-07-28",
+            era.CLIENT_CAPABILITIES: {},
+            era.LOG_LEVEL: "info",
+        },
+    }
     out = translate.strip_modern_meta(params)
     assert out is not None
     assert out.get("_meta", {}) == meta
@@ -75,12 +87,17 @@ def test_strip_leaves_plain_params_untouched() -> None:
 
 def test_add_modern_meta_keeps_client_meta() -> None:
     out = translate.add_modern_meta(
-        {"name": "t", "_meta": {"progressToken": "p"}}, version="2026-07-28",
-        capabilities={"sampling": {}}, client_info={"name": "c", "version": "1"}, log_level="info",
+        {"name": "t", "_meta": {"progressToken": "p"}},
+        version="2026-07-28",
+        capabilities={"sampling": {}},
+        client_info={"name": "c", "version": "1"},
+        log_level="info",
     )
     assert out["_meta"] == {
-        "progressToken": "p", era.PROTOCOL_VERSION: "2026-07-28",
-        era.CLIENT_CAPABILITIES: {"sampling": {}}, era.CLIENT_INFO: {"name": "c", "version": "1"},
+        "progressToken": "p",
+        era.PROTOCOL_VERSION: "2026-07-28",
+        era.CLIENT_CAPABILITIES: {"sampling": {}},
+        era.CLIENT_INFO: {"name": "c", "version": "1"},
         era.LOG_LEVEL: "info",
     }
 
@@ -101,10 +118,18 @@ def test_discover_from_initialize_and_back() -> None:
     }
     disc = translate.discover_from_initialize(init, ("2026-07-28",), HINT)
     assert disc == {
-        "resultType": "complete", "supportedVersions": ["2026-07-28"],
-        "capabilities": {"tools": {"listChanged": True}}, "ttlMs": 5, "cacheScope": "public",
-        "_meta": {era.SERVER_INFO: SERVER}, "instructions": "hi",
+        "resultType": "complete",
+        "supportedVersions": ["2026-07-28"],
+        "capabilities": {"tools": {"listChanged": True}},
+        "ttlMs": 5,
+        "cacheScope": "public",
+        "_meta": {era.SERVER_INFO: SERVER},
+        "instructions": "hi",
     }
     back = translate.initialize_from_discover(disc, "2025-06-18")
-    assert back == {"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": True}},
-                    "serverInfo": SERVER, "instructions": "hi"}
+    assert back == {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {"listChanged": True}},
+        "serverInfo": SERVER,
+        "instructions": "hi",
+    }

@@ -43,16 +43,20 @@ def test_invalid_requests_get_the_spec_error(raw: bytes, code: int, answer_id: o
 
 
 def test_bad_notification_or_response_is_never_answered() -> None:
-    for raw in (b'{"jsonrpc":"2.0","method":"n","params":[1]}',
-                b'{"jsonrpc":"2.0","id":1,"result":[]}',
-                b'{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}'):
+    for raw in (
+        b'{"jsonrpc":"2.0","method":"n","params":[1]}',
+        b'{"jsonrpc":"2.0","id":1,"result":[]}',
+        b'{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}',
+    ):
         with pytest.raises(wire.InvalidMessage) as exc:
             wire.decode(raw)
         assert exc.value.reply is None
 
 
 def test_kinds() -> None:
-    assert wire.kind_of(wire.decode(b'{"jsonrpc":"2.0","id":"a","method":"m"}')) is wire.Kind.REQUEST
+    assert (
+        wire.kind_of(wire.decode(b'{"jsonrpc":"2.0","id":"a","method":"m"}')) is wire.Kind.REQUEST
+    )
     assert wire.kind_of(wire.decode(b'{"jsonrpc":"2.0","method":"m"}')) is wire.Kind.NOTIFICATION
     assert wire.kind_of(wire.decode(b'{"jsonrpc":"2.0","id":1,"result":{}}')) is wire.Kind.RESULT
     err = b'{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}'
@@ -70,6 +74,7 @@ def test_gateway_errors_say_where_they_come_from() -> None:
 
 
 # -- framing -----------------------------------------------------------------
+
 
 def test_lines_split_across_chunks() -> None:
     s = wire.LineSplitter(100)
@@ -99,8 +104,10 @@ def test_oversized_line_in_one_chunk() -> None:
     assert s.feed(b"123456\n12\n") == [wire.Oversized(6), b"12"]
 
 
-@given(st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=20),
-       st.lists(st.integers(min_value=1, max_value=17), min_size=1, max_size=50))
+@given(
+    st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+    st.lists(st.integers(min_value=1, max_value=17), min_size=1, max_size=50),
+)
 def test_framing_is_independent_of_chunking(lines: list[bytes], cuts: list[int]) -> None:
     stream = b"".join(line + b"\n" for line in lines)
     expected = wire.LineSplitter(1000).feed(stream)
@@ -111,7 +118,7 @@ def test_framing_is_independent_of_chunking(lines: list[bytes], cuts: list[int])
         step = cuts[i % len(cuts)]
         if pos >= len(stream):
             break
-        got += s.feed(stream[pos:pos + step])
+        got += s.feed(stream[pos : pos + step])
         pos += step
     got += s.close()
     assert got == expected

@@ -15,7 +15,7 @@ from gateway.config import Config
 from gateway.core import routing
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.client_link import ClientLink, ForwardedServerRequest, InflightCall
-from gateway.runtime.upstream_pool import UpstreamPool, UpstreamUnavailable
+from gateway.runtime.upstream_pool import Connector, UpstreamPool, UpstreamUnavailable
 from gateway.runtime.upstream_session import (
     ProgressRoute,
     UpstreamGone,
@@ -28,10 +28,13 @@ log = structlog.get_logger("gateway")
 
 class GatewayService:
     def __init__(
-        self, config: Config, tap: Callable[[str, wire.Message], None] | None = None
+        self,
+        config: Config,
+        tap: Callable[[str, wire.Message], None] | None = None,
+        connect: Connector | None = None,
     ) -> None:
         self.config = config
-        self.pool = UpstreamPool(config, self._on_server_message, tap)
+        self.pool = UpstreamPool(config, self._on_server_message, tap, connect)
         self.links: set[ClientLink] = set()
 
     # -- client side -----------------------------------------------------

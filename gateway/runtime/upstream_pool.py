@@ -5,8 +5,8 @@ restarts with backoff, and which session serves which request (DESIGN §4,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -36,6 +36,21 @@ HEALTHY_SECONDS = 30.0
 MODERN_KEY = SessionKey("*", frozenset())
 
 
+class ServerConnection(Protocol):
+    """A started upstream server: the stdio back's process, or a test's script."""
+
+    pid: int
+    tap: Callable[[str, wire.Message], None] | None
+
+    async def send(self, msg: wire.Message) -> None: ...
+    async def receive(self) -> wire.Message: ...
+    async def pump_stderr(self) -> None: ...
+    async def aclose(self, grace: float = ...) -> int | None: ...
+
+
+Connector = Callable[[], Awaitable[ServerConnection]]
+
+
 class UpstreamUnavailable(Exception):
     pass
 
@@ -50,16 +65,18 @@ class UpstreamPool:
         config: Config,
         handler: ServerMessageHandler,
         tap: Callable[[str, wire.Message], None] | None = None,
+        connect: Connector | None = None,
     ) -> None:
         self.config = config
         self._tap = tap
+        self._connect = connect or self._spawn_process
         self._handler = handler
         self._tg: TaskGroup | None = None
         self.era: era.Era | None = None
         self.profile: UpstreamProfile | None = None
         self.probe_report: dict[str, Any] = {}
         self.sessions: dict[SessionKey, UpstreamSession] = {}
-        self._processes: dict[UpstreamSession, StdioServerProcess] = {}
+        self._processes: dict[UpstreamSession, ServerConnection] = {}
         self._lock = anyio.Lock()
         self._ready = anyio.Event()
         self._failure: str | None = None
@@ -171,14 +188,17 @@ class UpstreamPool:
             log.info("restarting upstream after backoff", delay=round(wait, 3))
             await anyio.sleep(wait)
 
-    async def _spawn(self, key: SessionKey) -> UpstreamSession:
+    async def _spawn_process(self) -> ServerConnection:
         cfg = self.config
-        process = await StdioServerProcess.spawn(
+        return await StdioServerProcess.spawn(
             cfg.command,
             max_bytes=cfg.max_message_bytes,
             env=cfg.env or None,
             cwd=cfg.cwd,
         )
+
+    async def _spawn(self, key: SessionKey) -> UpstreamSession:
+        process = await self._connect()
         process.tap = self._tap
         session = UpstreamSession(process, key, label=f"pid {process.pid}")
         self._processes[session] = process
@@ -187,7 +207,7 @@ class UpstreamPool:
         self._tg.start_soon(self._supervise, session, process)
         return session
 
-    async def _supervise(self, session: UpstreamSession, process: StdioServerProcess) -> None:
+    async def _supervise(self, session: UpstreamSession, process: ServerConnection) -> None:
         await session.run_reader(self._handler)
         if self._processes.pop(session, None) is None:
             return  # retired on purpose

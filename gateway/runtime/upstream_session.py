@@ -194,7 +194,10 @@ class UpstreamSession:
         The upstream session is shared, so its level only ever widens to what
         some request asked; the gateway filters per request on the way back.
         """
-        if level is None or self.profile is None or "logging" not in self.profile.capabilities:
+        profile = self.profile
+        if level is None or profile is None or profile.era is not era.Era.LEGACY:
+            return None  # a modern server takes the level from each request's _meta
+        if "logging" not in profile.capabilities:
             return None
         current = self.upstream_log_level
         if current is not None and era.LOG_RANK[current] <= era.LOG_RANK[level]:

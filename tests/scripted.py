@@ -1,0 +1,326 @@
+"""In-memory upstream servers and a client harness for runtime tests.
+
+A ScriptedServer plays the upstream over memory streams: no process, no pipe,
+no sleep. Tests write its behaviour as a coroutine, or use the ready-made
+legacy and modern servers below.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from gateway import era, wire
+from gateway.backs.stdio_back import ServerExited
+from gateway.config import Config
+from gateway.runtime.client_link import ClientLink
+from gateway.runtime.service import GatewayService
+
+_pids = itertools.count(1000)
+Behaviour = Callable[["ScriptedServer"], Awaitable[None]]
+
+MODERN_META = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+
+
+class ScriptedServer:
+    """The gateway's view: a ServerConnection. The script's view: recv/send."""
+
+    def __init__(self) -> None:
+        self.pid = next(_pids)
+        self.tap: Callable[[str, wire.Message], None] | None = None
+        self._in_send, self._in_recv = anyio.create_memory_object_stream[wire.Message](100)
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message](100)
+        self.closed = False
+        self._asked: dict[wire.RequestId, tuple[anyio.Event, list[wire.Message]]] = {}
+        self._next_ask = 0
+
+    # gateway side
+    async def send(self, msg: wire.Message) -> None:
+        try:
+            await self._in_send.send(msg)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise ServerExited(1) from exc
+
+    async def receive(self) -> wire.Message:
+        try:
+            return await self._out_recv.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise ServerExited(1) from None
+
+    async def pump_stderr(self) -> None:
+        return None
+
+    async def aclose(self, grace: float = 5.0) -> int | None:
+        self.closed = True
+        self._in_send.close()
+        self._out_send.close()
+        return 0
+
+    # script side
+    async def recv(self) -> wire.Message:
+        return await self._in_recv.receive()
+
+    async def emit(self, msg: wire.Message) -> None:
+        await self._out_send.send(msg)
+
+    async def ask(self, method: str, params: dict[str, Any] | None = None) -> wire.Message:
+        """Send a server-to-client request; the script's main loop routes the reply."""
+        self._next_ask += 1
+        msg_id = f"srv-{self._next_ask}"
+        done, box = anyio.Event(), []
+        self._asked[msg_id] = (done, box)
+        await self.emit(wire.request(msg_id, method, params))
+        with anyio.fail_after(5):
+            await done.wait()
+        return box[0]
+
+    def route_reply(self, msg: wire.Message) -> bool:
+        """Deliver a reply to a pending `ask`; False if it is not a reply."""
+        if "method" in msg:
+            return False
+        waiting = self._asked.pop(msg.get("id"), None)  # type: ignore[arg-type]
+        if waiting is not None:
+            waiting[1].append(msg)
+            waiting[0].set()
+        return True
+
+    def die(self) -> None:
+        """Exit abruptly: the gateway sees end of stream."""
+        self._out_send.close()
+        self._in_recv.close()
+
+
+@dataclass
+class Upstream:
+    """Spawns ScriptedServers running `behaviour`; remembers each one."""
+
+    behaviour: Behaviour
+    tg: TaskGroup
+    spawned: list[ScriptedServer] = field(default_factory=list)
+
+    async def connect(self) -> ScriptedServer:
+        server = ScriptedServer()
+        self.spawned.append(server)
+
+        async def run() -> None:
+            try:
+                await self.behaviour(server)
+            except* (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the gateway closed the pipe: the script ends
+            finally:
+                server.die()
+
+        self.tg.start_soon(run)
+        return server
+
+
+Handler = Callable[[ScriptedServer, wire.Message], Awaitable[dict[str, Any] | wire.Message | None]]
+
+
+def legacy_server(
+    handlers: dict[str, Handler] | None = None,
+    *,
+    capabilities: dict[str, Any] | None = None,
+    version: str = "2025-11-25",
+    log: list[wire.Message] | None = None,
+) -> Behaviour:
+    """A legacy server: errors before initialize, then serves `handlers`.
+
+    A handler returns a result dict, a full message (an error), or None to
+    stay silent. Everything received is appended to `log`.
+    """
+    handlers = handlers or {}
+
+    async def behaviour(server: ScriptedServer) -> None:
+        initialized = False
+        while True:
+            msg = await server.recv()
+            if log is not None:
+                log.append(msg)
+            if server.route_reply(msg) or "id" not in msg:
+                continue
+            method = msg["method"]
+            if method == "initialize":
+                initialized = True
+                await server.emit(
+                    wire.result_response(
+                        msg["id"],
+                        {
+                            "protocolVersion": version,
+                            "capabilities": capabilities
+                            if capabilities is not None
+                            else {"tools": {}},
+                            "serverInfo": {"name": "scripted-legacy", "version": "1"},
+                        },
+                    )
+                )
+                continue
+            if not initialized:
+                await server.emit(
+                    wire.error_response(msg["id"], -32602, "Invalid request parameters")
+                )
+                continue
+            handler = handlers.get(method)
+            if handler is None:
+                await server.emit(
+                    wire.error_response(msg["id"], -32601, f"Method not found: {method}")
+                )
+                continue
+
+            async def answer(m: wire.Message = msg, h: Handler = handler) -> None:
+                out = await h(server, m)
+                if out is None:
+                    return
+                if "jsonrpc" in out:
+                    await server.emit({**out, "id": m["id"]})
+                else:
+                    await server.emit(wire.result_response(m["id"], out))
+
+            server_tasks.start_soon(answer)
+
+    async def wrapped(server: ScriptedServer) -> None:
+        nonlocal server_tasks
+        async with anyio.create_task_group() as server_tasks:
+            await behaviour(server)
+
+    server_tasks: TaskGroup
+    return wrapped
+
+
+def modern_server(
+    handlers: dict[str, Handler] | None = None,
+    *,
+    capabilities: dict[str, Any] | None = None,
+    log: list[wire.Message] | None = None,
+) -> Behaviour:
+    """A modern-only server: answers server/discover, requires `_meta`."""
+    handlers = dict(handlers or {})
+    discover = {
+        "resultType": "complete",
+        "supportedVersions": ["2026-07-28"],
+        "capabilities": capabilities if capabilities is not None else {"tools": {}},
+        "_meta": {era.SERVER_INFO: {"name": "scripted-modern", "version": "2"}},
+        "ttlMs": 0,
+        "cacheScope": "public",
+    }
+
+    async def behaviour(server: ScriptedServer) -> None:
+        async with anyio.create_task_group() as tasks:
+            while True:
+                msg = await server.recv()
+                if log is not None:
+                    log.append(msg)
+                if server.route_reply(msg) or "id" not in msg:
+                    continue
+                if not era.is_modern(msg):
+                    await server.emit(
+                        wire.error_response(
+                            msg["id"],
+                            -32022,
+                            "Unsupported protocol version",
+                            {"supported": ["2026-07-28"], "requested": "legacy"},
+                        )
+                    )
+                    continue
+                if msg["method"] == "server/discover":
+                    await server.emit(wire.result_response(msg["id"], discover))
+                    continue
+                handler = handlers.get(msg["method"])
+                if handler is None:
+                    await server.emit(wire.error_response(msg["id"], -32601, "Method not found"))
+                    continue
+
+                async def answer(m: wire.Message = msg, h: Handler = handler) -> None:
+                    out = await h(server, m)
+                    if out is None:
+                        return
+                    if "jsonrpc" in out:
+                        await server.emit({**out, "id": m["id"]})
+                    else:
+                        await server.emit(
+                            wire.result_response(m["id"], {"resultType": "complete", **out})
+                        )
+
+                tasks.start_soon(answer)
+
+    return behaviour
+
+
+@dataclass
+class Client:
+    """The downstream side: send messages in, read what the gateway sends out."""
+
+    service: GatewayService
+    link: ClientLink
+    inbox: MemoryObjectReceiveStream[wire.Message]
+    requests: TaskGroup
+    upstream: Upstream
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    async def send(self, msg: wire.Message) -> None:
+        await self.service.handle_client_message(self.link, msg, self.requests)
+
+    async def next(self, timeout: float = 5) -> wire.Message:
+        with anyio.fail_after(timeout):
+            return await self.inbox.receive()
+
+    async def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        modern: bool = True,
+        timeout: float = 5,
+    ) -> wire.Message:
+        """Send a request and return its answer (other messages are skipped)."""
+        msg_id = next(self._ids)
+        if modern:
+            params = {**(params or {}), "_meta": {**MODERN_META, **(params or {}).get("_meta", {})}}
+        await self.send(wire.request(msg_id, method, params))
+        with anyio.fail_after(timeout):
+            while True:
+                msg = await self.inbox.receive()
+                if msg.get("id") == msg_id and "method" not in msg:
+                    return msg
+
+    async def initialize(
+        self, capabilities: dict[str, Any] | None = None, version: str = "2025-11-25"
+    ) -> wire.Message:
+        reply = await self.call(
+            "initialize",
+            {
+                "protocolVersion": version,
+                "capabilities": capabilities or {},
+                "clientInfo": {"name": "legacy-test-client", "version": "1"},
+            },
+            modern=False,
+        )
+        await self.send(wire.notification("notifications/initialized"))
+        return reply
+
+
+@asynccontextmanager
+async def gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Client]:
+    cfg = Config(
+        command=("scripted",),
+        **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
+    )
+    async with anyio.create_task_group() as tg:
+        upstream = Upstream(behaviour, tg)
+        service = GatewayService(cfg, connect=upstream.connect)
+        send, receive = anyio.create_memory_object_stream[wire.Message](1000)
+        link = ClientLink(send=send.send, transport="test")
+        service.links.add(link)
+        await service.start(tg)
+        async with anyio.create_task_group() as requests:
+            yield Client(service, link, receive, requests, upstream)
+            requests.cancel_scope.cancel()
+        await service.aclose()
+        tg.cancel_scope.cancel()
