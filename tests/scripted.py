@@ -29,6 +29,27 @@ Behaviour = Callable[["ScriptedServer"], Awaitable[None]]
 MODERN_META = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
 
 
+class Recorder(list[wire.Message]):
+    """What a scripted server received, with a way to wait for a method."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = anyio.Event()
+
+    def append(self, msg: wire.Message) -> None:
+        super().append(msg)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_for(self, method: str, timeout: float = 2) -> wire.Message:
+        with anyio.fail_after(timeout):
+            while True:  # each pass waits for a new message
+                for msg in self:
+                    if msg.get("method") == method:
+                        return msg
+                await self._changed.wait()
+
+
 class ScriptedServer:
     """The gateway's view: a ServerConnection. The script's view: recv/send."""
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from gateway import era, wire
-from tests.scripted import ScriptedServer, gateway, legacy_server, modern_server
+from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +85,7 @@ async def test_progress_reaches_the_client_under_its_own_token() -> None:
 
 
 async def test_cancel_reaches_upstream_with_upstream_id_and_no_reply_follows() -> None:
-    seen: list[wire.Message] = []
+    seen = Recorder()
     async with gateway(legacy_server({"tools/call": silent}, log=seen)) as c:
         await c.send(
             wire.request(
@@ -97,15 +97,9 @@ async def test_cancel_reaches_upstream_with_upstream_id_and_no_reply_follows() -
                 },
             )
         )
-        with anyio.fail_after(2):
-            while not any(m.get("method") == "tools/call" for m in seen):
-                await anyio.sleep(0.001)
-        upstream_id = next(m["id"] for m in seen if m.get("method") == "tools/call")
+        upstream_id = (await seen.wait_for("tools/call"))["id"]
         await c.send(wire.notification("notifications/cancelled", {"requestId": "c1"}))
-        with anyio.fail_after(2):
-            while not any(m.get("method") == "notifications/cancelled" for m in seen):
-                await anyio.sleep(0.001)
-        cancel = next(m for m in seen if m.get("method") == "notifications/cancelled")
+        cancel = await seen.wait_for("notifications/cancelled")
         assert cancel["params"]["requestId"] == upstream_id
         # Nothing is sent back for a cancelled request (2026-07-28 "Cancellation").
         with pytest.raises(TimeoutError):
