@@ -88,10 +88,16 @@ def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Conf
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    sub = argv[0] if argv and argv[0] in ("probe", "demo") else None
-    if sub is not None:
-        argv = argv[1:]
     opts, command = _split(argv)
+    sub = None
+    for i, token in enumerate(opts):
+        # Every option takes a value, so a sub-command is a bare word that does
+        # not follow an option in `--name value` form.
+        follows_option = i > 0 and opts[i - 1].startswith("--") and "=" not in opts[i - 1]
+        if token in ("probe", "demo") and not follows_option:
+            sub = token
+            del opts[i]
+            break
     parser = _parser("mcp-era-gateway" + (f" {sub}" if sub else ""))
     ns = parser.parse_args(opts)
     try:

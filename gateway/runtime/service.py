@@ -239,18 +239,18 @@ class GatewayService:
         method = msg["method"]
         feature = era.CLIENT_FEATURE_METHODS.get(method)
         reply: wire.Message | None
-        owners = session.owners()
+        # DESIGN §5.1.6: a server request belongs to the client whose call is in
+        # progress on this session. With no call in progress, a lone client is
+        # still unambiguous (a legacy server may ask for roots right after
+        # initialized, as server-everything does).
+        owners = session.owners() or set(self.links)
         owner = next(iter(owners)) if len(owners) == 1 else None
         if feature is None:
             reply = wire.error_response(
                 msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method}"
             )
         elif not isinstance(owner, ClientLink):
-            why = (
-                "no client call is in progress"
-                if not owners
-                else "several clients have calls in progress"
-            )
+            why = "no client is connected" if not owners else "several clients could own it"
             log.warning("server request with no client to ask", method=method, why=why)
             reply = wire.error_response(
                 msg_id, wire.INVALID_REQUEST, f"{method} cannot be routed to a client: {why}"
