@@ -395,3 +395,55 @@ async def test_upstream_that_never_starts_gives_a_clear_error() -> None:
         reply = await c.call("tools/list")
     assert reply["error"]["data"]["reason"] == "upstream-unavailable"
     assert "initialize failed" in reply["error"]["message"]
+
+
+# -- sessions (DESIGN §5.1.1) and re-probing (DESIGN §4) ----------------------------
+
+
+async def test_max_sessions_keys_processes_by_declared_features() -> None:
+    seen: list[wire.Message] = []
+    async with gateway(legacy_server({"tools/call": echo}, log=seen), max_sessions=3) as c:
+        args = {"name": "echo", "arguments": {"text": "x"}}
+        await c.call(
+            "tools/call", {**args, "_meta": {era.CLIENT_CAPABILITIES: {"elicitation": {}}}}
+        )
+        await c.call("tools/call", args)
+        await c.call("tools/call", args)
+    inits = [m["params"]["capabilities"] for m in seen if m.get("method") == "initialize"]
+    # The probe's process declares everything; then one per distinct feature set.
+    assert inits == [
+        {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}},
+        {"elicitation": {"form": {}, "url": {}}},
+        {},
+    ]
+    assert len(c.upstream.spawned) == 3
+
+
+async def test_one_shared_session_by_default() -> None:
+    async with gateway(legacy_server({"tools/call": echo})) as c:
+        args = {"name": "echo", "arguments": {"text": "x"}}
+        await c.call("tools/call", {**args, "_meta": {era.CLIENT_CAPABILITIES: {"sampling": {}}}})
+        await c.call("tools/call", args)
+    assert len(c.upstream.spawned) == 1
+
+
+async def test_server_that_changes_era_across_a_restart_is_probed_again() -> None:
+    legacy = legacy_server({"tools/call": echo})
+    modern = modern_server({"tools/call": echo})
+    generation = 0
+
+    async def upgraded_after_crash(server: ScriptedServer) -> None:
+        nonlocal generation
+        generation += 1
+        if generation == 1:
+            await legacy(server)
+        else:
+            await modern(server)
+
+    async with gateway(upgraded_after_crash) as c:
+        assert c.service.pool.era is era.Era.LEGACY
+        c.upstream.spawned[0].die()
+        await anyio.sleep(0.05)
+        reply = await c.call("tools/call", {"name": "echo", "arguments": {"text": "again"}})
+        assert c.service.pool.era is era.Era.MODERN
+    assert reply["result"]["content"][0]["text"] == "again"

@@ -102,43 +102,39 @@ class GatewayService:
                 f"Upstream server unavailable: {exc}",
                 reason="upstream-unavailable",
             )
-        decision = routing.route_request(
-            msg, link.session, profile, self.config.cache_hint("server/discover")
-        )
+        decision = self._route(link, msg, profile)
         if isinstance(decision, routing.Reply):
-            if decision.opens_session is not None:
-                link.session = decision.opens_session
-                log.info(
-                    "legacy client session opened",
-                    link=link.id,
-                    version=decision.opens_session.version,
-                    client=decision.opens_session.client_info,
-                )
             return decision.message
         call.log_level = decision.log_level
         try:
-            reply = await self._forward(link, decision)
+            session = await self.pool.session_for(link.principal, decision.client_capabilities)
+            if session.profile is not None and session.profile.era is not profile.era:
+                # The upstream changed era (a restart re-probed it) while this
+                # request waited: route it afresh for the server it will meet.
+                profile = session.profile
+                decision = self._route(link, msg, profile)
+                if isinstance(decision, routing.Reply):
+                    return decision.message
+                session = await self.pool.session_for(link.principal, decision.client_capabilities)
+            reply = await self._forward(link, decision, session)
             if decision.shape is routing.Shape.TO_LEGACY and _is_unsupported_version(reply):
                 # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
                 profile = await self.pool.rediscover()
-                decision = routing.route_request(
-                    msg, link.session, profile, self.config.cache_hint("server/discover")
-                )
+                decision = self._route(link, msg, profile)
                 if isinstance(decision, routing.Reply):
                     return decision.message
-                reply = await self._forward(link, decision)
+                reply = await self._forward(link, decision, session)
         except UpstreamTimeout as exc:
             return wire.gateway_error(
                 msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
             )
-        except (UpstreamGone, UpstreamUnavailable) as exc:
+        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
             return wire.gateway_error(
                 msg_id,
                 wire.INTERNAL_ERROR,
                 f"Upstream server failed: {exc}",
                 reason="upstream-failed",
             )
-        current = self.pool.profile or profile
         if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
             return wire.gateway_error(
                 msg_id,
@@ -148,11 +144,32 @@ class GatewayService:
                 reason="mrtr-not-bridged",
             )
         return routing.shape_reply(
-            decision, reply, msg_id, current, self.config.cache_hint(decision.method)
+            decision,
+            reply,
+            msg_id,
+            session.profile or profile,
+            self.config.cache_hint(decision.method),
         )
 
-    async def _forward(self, link: ClientLink, decision: routing.Forward) -> wire.Message:
-        session = await self.pool.session_for(link.principal, decision.client_capabilities)
+    def _route(
+        self, link: ClientLink, msg: wire.Message, profile: UpstreamProfile
+    ) -> routing.Decision:
+        decision = routing.route_request(
+            msg, link.session, profile, self.config.cache_hint("server/discover")
+        )
+        if isinstance(decision, routing.Reply) and decision.opens_session is not None:
+            link.session = decision.opens_session
+            log.info(
+                "legacy client session opened",
+                link=link.id,
+                version=decision.opens_session.version,
+                client=decision.opens_session.client_info,
+            )
+        return decision
+
+    async def _forward(
+        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+    ) -> wire.Message:
         level = session.log_level_needed(decision.log_level)
         if level is not None:
             await self._set_upstream_level(session, level)

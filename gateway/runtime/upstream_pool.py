@@ -55,6 +55,10 @@ class UpstreamUnavailable(Exception):
     pass
 
 
+class Contradicted(UpstreamUnavailable):
+    """The server no longer answers in the era cached for it."""
+
+
 def capabilities_for(features: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in legacy_handshake.BRIDGEABLE_CAPABILITIES.items() if k in features}
 
@@ -163,15 +167,25 @@ class UpstreamPool:
         await self._backoff()
         session = await self._spawn(key)
         try:
+            if not first and self.era is not None:
+                try:
+                    if self.era is era.Era.MODERN:
+                        await self._discover(session, era.NEWEST_MODERN)
+                    else:
+                        await self._initialize(session, key)
+                except Contradicted as exc:
+                    # DESIGN §4: a cached verdict the server contradicts is re-probed
+                    # (e.g. the server was upgraded between restarts).
+                    log.warning("upstream era changed; probing again", reason=str(exc))
+                    await self._retire(session, "era changed")
+                    self.era = None
+                    self.profile = None
+                    session = await self._spawn(key)
             if first or self.era is None:
                 session = await self._settle_era(session, key)
                 if self.era is era.Era.MODERN:
                     key = MODERN_KEY
                     session.key = key
-            elif self.era is era.Era.MODERN:
-                await self._discover(session, era.NEWEST_MODERN)
-            else:
-                await self._initialize(session, key)
         except BaseException:
             await self._retire(session, "failed to open")
             raise
@@ -286,6 +300,8 @@ class UpstreamPool:
             era_probe.discover_request(0, version, self.config.client_info)["params"],
         )
         verdict = era_probe.judge(reply)
+        if verdict.era is era.Era.LEGACY:
+            raise Contradicted(f"server/discover: {verdict.reason}")
         if verdict.discover is None:
             raise UpstreamUnavailable(f"server/discover failed: {verdict.reason}")
         self.profile = UpstreamProfile.from_discover(verdict.discover, version)
@@ -295,6 +311,8 @@ class UpstreamPool:
         caps = capabilities_for(key.features)
         request = legacy_handshake.initialize_request(0, caps, self.config.client_info)
         reply = await self._call(session, "initialize", request["params"])
+        if era_probe.judge(reply).era is era.Era.MODERN and "error" in reply:
+            raise Contradicted(f"initialize refused with modern error {reply['error'].get('code')}")
         try:
             result = legacy_handshake.accept(reply)
         except legacy_handshake.HandshakeError as exc:
