@@ -1,0 +1,48 @@
+"""A legacy stdio server for end-to-end tests: it can crash, write to stderr,
+and take its time, on request."""
+
+import json
+import os
+import sys
+import time
+
+
+def send(msg: dict) -> None:
+    os.write(1, (json.dumps(msg) + "\n").encode())
+
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg["method"], msg.get("params") or {}
+    if method == "initialize":
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": msg["id"],
+                "result": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "flaky", "version": "1"},
+                },
+            }
+        )
+    elif method == "tools/call":
+        name = params.get("name")
+        if name == "crash":
+            os._exit(3)
+        if name == "stderr":
+            sys.stderr.write("flaky-server says hello on stderr\n")
+            sys.stderr.flush()
+        if name == "sleep":
+            time.sleep(float(params.get("arguments", {}).get("seconds", 1)))
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": msg["id"],
+                "result": {"content": [{"type": "text", "text": f"pid {os.getpid()}"}]},
+            }
+        )
+    else:
+        send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": method}})
