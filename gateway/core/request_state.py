@@ -1,0 +1,129 @@
+"""Sealed `requestState` tokens (2026-07-28 MRTR "Server Requirements" 4-5).
+
+The gateway's requestState is attacker-controlled input that comes back on the
+client's retry. It is an HMAC-SHA256-signed claim set binding the gateway
+instance, principal, method, a digest of the original params, the parked call,
+the round and an expiry. Integrity is what matters here (nothing in it is
+secret from the client that supplied the answers), so a keyed MAC from the
+standard library does the job without a crypto dependency.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+FORMAT = "g1"
+# Request fields that are MRTR plumbing, not part of what the call asks for.
+_NOT_SALIENT = ("_meta", "inputResponses", "requestState")
+
+
+class StateRejected(Exception):
+    """The retry's requestState cannot be honoured; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    instance: str
+    principal: str
+    method: str
+    digest: str
+    round: int
+    expires_ms: int
+    # Hold mode: the parked upstream call this retry continues.
+    handle: str | None = None
+    # Replay mode: the answers given so far, by input key.
+    answers: dict[str, Any] = field(default_factory=dict)
+    # The server asked for a URL elicitation by error (-32042): re-send on retry.
+    resend: bool = False
+
+
+def params_digest(params: dict[str, Any] | None) -> str:
+    """A digest of the salient params: what the retry must repeat exactly."""
+    salient = {k: v for k, v in (params or {}).items() if k not in _NOT_SALIENT}
+    return hashlib.sha256(orjson.dumps(salient, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Sealer:
+    def __init__(self, key: bytes, instance: str) -> None:
+        if len(key) < 16:
+            raise ValueError("the requestState key must be at least 16 bytes")
+        self._key = key
+        self.instance = instance
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self._key, body, hashlib.sha256).digest()
+
+    def seal(self, claims: Claims) -> str:
+        body = orjson.dumps(
+            {
+                "i": claims.instance,
+                "p": claims.principal,
+                "m": claims.method,
+                "d": claims.digest,
+                "r": claims.round,
+                "e": claims.expires_ms,
+                "h": claims.handle,
+                "a": claims.answers,
+                "s": claims.resend,
+            }
+        )
+        return f"{FORMAT}.{_b64(body)}.{_b64(self._mac(body))}"
+
+    def open(
+        self, token: object, *, principal: str, method: str, digest: str, now_ms: int
+    ) -> Claims:
+        """Verify a token against the retry that carries it; StateRejected if not."""
+        if not isinstance(token, str):
+            raise StateRejected("requestState must be a string")
+        parts = token.split(".")
+        if len(parts) != 3 or parts[0] != FORMAT:
+            raise StateRejected("requestState was not issued by this gateway")
+        try:
+            body, mac = _unb64(parts[1]), _unb64(parts[2])
+        except (ValueError, TypeError):
+            raise StateRejected("requestState is malformed") from None
+        if not hmac.compare_digest(mac, self._mac(body)):
+            raise StateRejected("requestState failed verification (tampered or another key)")
+        try:
+            raw = orjson.loads(body)
+            claims = Claims(
+                instance=raw["i"],
+                principal=raw["p"],
+                method=raw["m"],
+                digest=raw["d"],
+                round=raw["r"],
+                expires_ms=raw["e"],
+                handle=raw["h"],
+                answers=raw["a"],
+                resend=raw["s"],
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise StateRejected("requestState is malformed") from None
+        if claims.instance != self.instance:
+            raise StateRejected(
+                "requestState was issued by another gateway instance; retry on the instance "
+                "that issued it, or start the request afresh"
+            )
+        if claims.expires_ms <= now_ms:
+            raise StateRejected("requestState has expired; start the request afresh")
+        if claims.principal != principal:
+            raise StateRejected("requestState belongs to another principal")
+        if claims.method != method:
+            raise StateRejected(f"requestState was issued for {claims.method}, not {method}")
+        if claims.digest != digest:
+            raise StateRejected("requestState was issued for a request with other params")
+        return claims
