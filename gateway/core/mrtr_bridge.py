@@ -1,0 +1,275 @@
+"""The MRTR bridge's protocol logic (2026-07-28 basic/patterns/mrtr; DESIGN
+§5.1.6-5.1.8, §5.2.5). Pure: the runtime feeds it server requests, retries
+and answers, and does the waiting.
+
+Two directions:
+- A legacy server's `sampling/createMessage`, `elicitation/create` and
+  `roots/list` become `inputRequests` of an `input_required` answer to the
+  modern client (`HeldCall` for the parked call, `replay_key` for replay mode).
+- A modern server's `input_required` becomes server requests to a legacy
+  client (`requests_for_legacy_client`, `legacy_answer_to_input_response`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway import era, wire
+from gateway.core.request_state import Claims, Sealer, StateRejected
+
+ELICIT_ACTIONS = frozenset({"accept", "decline", "cancel"})
+# URL mode and elicitationId arrived in 2025-11-25 (2025-11-25 changelog).
+URL_ELICITATION_SINCE = "2025-11-25"
+
+
+def elicitation_mode(params: dict[str, Any] | None) -> str:
+    mode = (params or {}).get("mode")
+    return mode if isinstance(mode, str) else "form"
+
+
+def client_supports(caps: dict[str, Any], method: str, params: dict[str, Any] | None) -> bool:
+    """Whether declared client capabilities cover a server request.
+
+    2025-11-25 "Elicitation": an empty `elicitation` object means form mode only.
+    """
+    feature = era.CLIENT_FEATURE_METHODS.get(method)
+    if feature is None:
+        return False
+    declared = caps.get(feature)
+    if not isinstance(declared, dict):
+        return False
+    if method != "elicitation/create":
+        return True
+    if elicitation_mode(params) == "url":
+        return "url" in declared
+    return "form" in declared or "url" not in declared
+
+
+def response_problem(method: str, response: object) -> str | None:
+    """Why a client's answer to an input request is malformed, or None."""
+    if not isinstance(response, dict):
+        return "must be an object"
+    if method == "elicitation/create":
+        if response.get("action") not in ELICIT_ACTIONS:
+            return 'needs "action": "accept", "decline" or "cancel"'
+        content = response.get("content")
+        if content is not None and not isinstance(content, dict):
+            return '"content" must be an object'
+    elif method == "sampling/createMessage":
+        if "content" not in response or not isinstance(response.get("role"), str):
+            return 'needs "role" and "content" (a CreateMessageResult)'
+    elif method == "roots/list" and not isinstance(response.get("roots"), list):
+        return 'needs a "roots" array (a ListRootsResult)'
+    return None
+
+
+@dataclass(slots=True)
+class Ask:
+    """One server request waiting for the client's answer."""
+
+    key: str
+    upstream_id: wire.RequestId
+    method: str
+    params: dict[str, Any]
+    # URL elicitations of 2025-11-25 carry an id that modern clients never see.
+    elicitation_id: str | None = None
+
+    def as_input_request(self) -> dict[str, Any]:
+        return {"method": self.method, "params": self.params}
+
+
+def ask_from_server_request(key: str, msg: wire.Message) -> Ask:
+    params = dict(msg.get("params") or {})
+    elicitation_id = None
+    if msg["method"] == "elicitation/create" and "elicitationId" in params:
+        elicitation_id = params.pop("elicitationId")
+    return Ask(key, msg["id"], msg["method"], params, elicitation_id)
+
+
+@dataclass(slots=True)
+class RetryOutcome:
+    answers: list[tuple[Ask, dict[str, Any]]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+class HeldCall:
+    """A modern client's call parked on a legacy session while its client
+    gathers input (hold mode)."""
+
+    def __init__(
+        self,
+        *,
+        handle: str,
+        principal: str,
+        method: str,
+        digest: str,
+        client_caps: dict[str, Any],
+        max_rounds: int,
+    ) -> None:
+        self.handle = handle
+        self.principal = principal
+        self.method = method
+        self.digest = digest
+        self.client_caps = client_caps
+        self.max_rounds = max_rounds
+        self.asks: dict[str, Ask] = {}
+        self.round = 0
+        self.consumed = 0
+        self._seq = 0
+
+    def add_ask(self, msg: wire.Message) -> Ask | str:
+        """Take a server request for the client; a reason string if it cannot be asked."""
+        method = msg["method"]
+        if not client_supports(self.client_caps, method, msg.get("params")):
+            what = era.CLIENT_FEATURE_METHODS.get(method, method)
+            if method == "elicitation/create":
+                what = f"elicitation ({elicitation_mode(msg.get('params'))} mode)"
+            return f"the client did not declare the {what} capability"
+        self._seq += 1
+        ask = ask_from_server_request(f"input-{self._seq}", msg)
+        self.asks[ask.key] = ask
+        return ask
+
+    def drop_ask(self, upstream_id: wire.RequestId) -> Ask | None:
+        """The server cancelled one of its requests."""
+        for key, ask in list(self.asks.items()):
+            if ask.upstream_id == upstream_id:
+                return self.asks.pop(key)
+        return None
+
+    def input_required(self, sealer: Sealer, *, now_ms: int, ttl_ms: int) -> dict[str, Any]:
+        """The interim result asking the client for every pending input."""
+        if self.round >= self.max_rounds:
+            raise TooManyRounds(self.max_rounds)
+        self.round += 1
+        token = sealer.seal(
+            Claims(
+                instance=sealer.instance,
+                principal=self.principal,
+                method=self.method,
+                digest=self.digest,
+                round=self.round,
+                expires_ms=now_ms + ttl_ms,
+                handle=self.handle,
+            )
+        )
+        return {
+            "resultType": "input_required",
+            "inputRequests": {k: a.as_input_request() for k, a in self.asks.items()},
+            "requestState": token,
+        }
+
+    def accept_retry(self, claims: Claims, input_responses: object) -> RetryOutcome:
+        """Match a verified retry to the pending asks.
+
+        StateRejected (nothing changes, so a correct retry still works) when the
+        state is stale or a response is malformed; otherwise the answers to send
+        upstream and the keys still missing (2026-07-28 MRTR "Error Handling":
+        ask again for what is missing, ignore what was not asked).
+        """
+        if claims.round <= self.consumed:
+            raise StateRejected("requestState was already used; send the latest one")
+        if claims.round != self.round:
+            raise StateRejected("requestState is not the latest for this request")
+        if input_responses is None:
+            input_responses = {}
+        if not isinstance(input_responses, dict):
+            raise StateRejected("inputResponses must be an object")
+        outcome = RetryOutcome()
+        for key, ask in self.asks.items():
+            if key not in input_responses:
+                outcome.missing.append(key)
+                continue
+            problem = response_problem(ask.method, input_responses[key])
+            if problem is not None:
+                raise StateRejected(f"inputResponses[{key!r}] {problem}")
+            outcome.answers.append((ask, input_responses[key]))
+        self.consumed = claims.round
+        for ask, _ in outcome.answers:
+            del self.asks[ask.key]
+        return outcome
+
+
+class TooManyRounds(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request needed more than {limit} input rounds")
+
+
+# -- replay mode (DESIGN §5.1.8) --------------------------------------------------
+
+
+def replay_key(method: str, params: dict[str, Any] | None) -> str:
+    """A server request's identity across re-runs of the same call: a
+    deterministic tool asks the same questions, so their digest is the key."""
+    body = orjson.dumps([method, params or {}], option=orjson.OPT_SORT_KEYS)
+    return "replay-" + hashlib.sha256(body).hexdigest()[:20]
+
+
+# -- URL elicitation required, 2025-11-25 (-32042) --------------------------------
+
+
+def url_elicitations(error: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The URL elicitations a -32042 error asks for, elicitationId removed."""
+    data = error.get("data")
+    items = data.get("elicitations") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        return None
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        params = {k: v for k, v in item.items() if k != "elicitationId"}
+        params.setdefault("mode", "url")
+        out.append(params)
+    return out
+
+
+# -- modern server → legacy client (DESIGN §5.2.5) ---------------------------------
+
+
+def requests_for_legacy_client(
+    input_requests: object, caps: dict[str, Any], version: str
+) -> dict[str, wire.Message] | str:
+    """The server requests to send a legacy client, by input key; or why not.
+
+    URL elicitations get a minted `elicitationId` (2025-11-25 requires one);
+    clients older than 2025-11-25 never see URL mode.
+    """
+    if not isinstance(input_requests, dict):
+        return "the server's inputRequests is not an object"
+    out: dict[str, wire.Message] = {}
+    for key, request in input_requests.items():
+        if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+            return f"the server's inputRequests[{key!r}] is not a request"
+        method = request["method"]
+        params = request.get("params")
+        params = dict(params) if isinstance(params, dict) else {}
+        if method not in era.CLIENT_FEATURE_METHODS:
+            return f"the server asked for {method}, which is no client request"
+        url_mode = method == "elicitation/create" and elicitation_mode(params) == "url"
+        if url_mode and version < URL_ELICITATION_SINCE:
+            return f"the server needs a URL elicitation, which protocol {version} does not have"
+        if not client_supports(caps, method, params):
+            return f"the server needs {method}, which the client did not declare"
+        if url_mode:
+            params.setdefault("elicitationId", str(uuid.uuid4()))
+        out[key] = {"method": method, "params": params}
+    return out
+
+
+def retry_params(
+    original: dict[str, Any] | None, responses: dict[str, Any], state: object
+) -> dict[str, Any]:
+    """The retry of the original request: same params, the answers, the exact state."""
+    params = {
+        k: v for k, v in (original or {}).items() if k not in ("inputResponses", "requestState")
+    }
+    params["inputResponses"] = responses
+    if isinstance(state, str):
+        params["requestState"] = state
+    return params
