@@ -42,6 +42,17 @@ class Config:
     cache_scope: dict[str, str] = field(default_factory=dict)
     default_ttl_ms: int = 0
     default_cache_scope: str = "private"
+    # MRTR bridge (DESIGN §5.1.6-5.1.8)
+    state_key: str | None = None  # HMAC key for requestState; random per process when unset
+    instance_id: str | None = None  # names this replica in requestState; random when unset
+    state_ttl: float = 300.0  # how long a parked call waits for the client's retry
+    max_rounds: int = 8
+    # Server requests sent together reach the client in one input_required if
+    # each arrives within this window of the last (seconds; 0 turns it off).
+    input_batch_window: float = 0.001
+    max_parked_calls: int = 1000
+    replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
+    static_roots: tuple[dict[str, Any], ...] = ()  # answers roots/list outside any call
     # Logging
     log_level: str = "info"
     log_format: str = "console"  # console | json
@@ -73,6 +84,13 @@ class Config:
         for name in ("probe_timeout", "startup_timeout", "request_timeout", "shutdown_grace"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.state_ttl <= 0 or self.max_rounds < 1 or self.max_parked_calls < 1:
+            raise ConfigError("state_ttl, max_rounds and max_parked_calls must be positive")
+        if self.state_key is not None and len(self.state_key.encode()) < 16:
+            raise ConfigError("state_key must be at least 16 bytes")
+        for root in self.static_roots:
+            if not isinstance(root.get("uri"), str):
+                raise ConfigError("each static root needs a string uri")
         if self.max_message_bytes < 1024:
             raise ConfigError("max_message_bytes must be at least 1024")
         for scope in [self.default_cache_scope, *self.cache_scope.values()]:
@@ -104,6 +122,14 @@ _KEYS: dict[tuple[str, str], str] = {
     ("upstream", "request_timeout"): "request_timeout",
     ("upstream", "restart_backoff_initial"): "restart_backoff_initial",
     ("upstream", "restart_backoff_max"): "restart_backoff_max",
+    ("mrtr", "state_key"): "state_key",
+    ("mrtr", "instance_id"): "instance_id",
+    ("mrtr", "state_ttl"): "state_ttl",
+    ("mrtr", "max_rounds"): "max_rounds",
+    ("mrtr", "input_batch_window"): "input_batch_window",
+    ("mrtr", "max_parked_calls"): "max_parked_calls",
+    ("mrtr", "replay_tools"): "replay_tools",
+    ("mrtr", "static_roots"): "static_roots",
     ("cache", "default_ttl_ms"): "default_ttl_ms",
     ("cache", "default_scope"): "default_cache_scope",
     ("cache", "ttl_ms"): "cache_ttl_ms",
@@ -135,10 +161,16 @@ def load(path: str | Path | None) -> Config:
 
 def _coerce(name: str, value: Any, where: str) -> Any:
     kind = str(_TYPES[name])
-    if name == "command":
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where} must be a non-empty list of strings")
+    if name in ("command", "replay_tools"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings")
+        if name == "command" and not value:
+            raise ConfigError(f"{where} must not be empty")
         return tuple(value)
+    if name == "static_roots":
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise ConfigError(f"{where} must be a list of tables (uri, name)")
+        return tuple(dict(v) for v in value)
     if kind.startswith("dict"):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a table")

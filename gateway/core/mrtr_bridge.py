@@ -22,6 +22,9 @@ import orjson
 from gateway import era, wire
 from gateway.core.request_state import Claims, Sealer, StateRejected
 
+__all__ = ["Claims", "HeldCall", "Prefilled", "Sealer", "StateRejected"]
+
+REPLAY_PREFIX = "replay-"
 ELICIT_ACTIONS = frozenset({"accept", "decline", "cancel"})
 # URL mode and elicitationId arrived in 2025-11-25 (2025-11-25 changelog).
 URL_ELICITATION_SINCE = "2025-11-25"
@@ -97,19 +100,32 @@ class RetryOutcome:
     missing: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Prefilled:
+    """Replay mode: a server request the client already answered in an earlier round."""
+
+    result: dict[str, Any]
+
+
 class HeldCall:
-    """A modern client's call parked on a legacy session while its client
-    gathers input (hold mode)."""
+    """A modern client's call on a legacy session that may need client input.
+
+    Hold mode parks the upstream call between rounds (`handle` names it).
+    Replay mode (`replay_answers` given) keeps nothing: the answers so far
+    travel in the sealed state and the call is re-run on each retry.
+    """
 
     def __init__(
         self,
         *,
-        handle: str,
+        handle: str | None,
         principal: str,
         method: str,
         digest: str,
         client_caps: dict[str, Any],
         max_rounds: int,
+        replay_answers: dict[str, Any] | None = None,
+        replay_round: int = 0,
     ) -> None:
         self.handle = handle
         self.principal = principal
@@ -117,21 +133,41 @@ class HeldCall:
         self.digest = digest
         self.client_caps = client_caps
         self.max_rounds = max_rounds
+        self.replay_answers = replay_answers
         self.asks: dict[str, Ask] = {}
-        self.round = 0
-        self.consumed = 0
+        self.round = replay_round
+        self.consumed = replay_round
         self._seq = 0
 
-    def add_ask(self, msg: wire.Message) -> Ask | str:
-        """Take a server request for the client; a reason string if it cannot be asked."""
+    @property
+    def replay(self) -> bool:
+        return self.replay_answers is not None
+
+    def add_ask(self, msg: wire.Message) -> Ask | Prefilled | str:
+        """Take a server request for the client.
+
+        Returns the Ask to put to the client, the answer already given (replay
+        mode), or a reason string why the client cannot be asked.
+        """
         method = msg["method"]
-        if not client_supports(self.client_caps, method, msg.get("params")):
+        params = msg.get("params")
+        if not client_supports(self.client_caps, method, params):
             what = era.CLIENT_FEATURE_METHODS.get(method, method)
             if method == "elicitation/create":
-                what = f"elicitation ({elicitation_mode(msg.get('params'))} mode)"
+                what = f"elicitation ({elicitation_mode(params)} mode)"
             return f"the client did not declare the {what} capability"
-        self._seq += 1
-        ask = ask_from_server_request(f"input-{self._seq}", msg)
+        if self.replay_answers is not None:
+            key = replay_key(method, params)
+            if key in self.replay_answers:
+                answer = self.replay_answers[key]
+                problem = response_problem(method, answer)
+                if problem is not None:
+                    return f"inputResponses[{key!r}] {problem}"
+                return Prefilled(answer)
+        else:
+            self._seq += 1
+            key = f"input-{self._seq}"
+        ask = ask_from_server_request(key, msg)
         self.asks[ask.key] = ask
         return ask
 
@@ -156,6 +192,7 @@ class HeldCall:
                 round=self.round,
                 expires_ms=now_ms + ttl_ms,
                 handle=self.handle,
+                answers=self.replay_answers or {},
             )
         )
         return {
@@ -203,11 +240,26 @@ class TooManyRounds(Exception):
 # -- replay mode (DESIGN §5.1.8) --------------------------------------------------
 
 
+def merge_replay_answers(claims: Claims, input_responses: object) -> dict[str, Any]:
+    """Replay mode: the answers so far plus the retry's new ones.
+
+    Keys that are not replay keys were never asked and are ignored; a
+    malformed answer is caught when the re-run meets its request.
+    """
+    if input_responses is None:
+        input_responses = {}
+    if not isinstance(input_responses, dict):
+        raise StateRejected("inputResponses must be an object")
+    merged = dict(claims.answers)
+    merged.update({k: v for k, v in input_responses.items() if k.startswith(REPLAY_PREFIX)})
+    return merged
+
+
 def replay_key(method: str, params: dict[str, Any] | None) -> str:
     """A server request's identity across re-runs of the same call: a
     deterministic tool asks the same questions, so their digest is the key."""
     body = orjson.dumps([method, params or {}], option=orjson.OPT_SORT_KEYS)
-    return "replay-" + hashlib.sha256(body).hexdigest()[:20]
+    return REPLAY_PREFIX + hashlib.sha256(body).hexdigest()[:20]
 
 
 # -- URL elicitation required, 2025-11-25 (-32042) --------------------------------

@@ -15,6 +15,8 @@ from gateway.config import Config
 from gateway.core import routing
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.client_link import ClientLink, ForwardedServerRequest, InflightCall
+from gateway.runtime.legacy_input import LegacyInputLoop
+from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.upstream_pool import Connector, UpstreamPool, UpstreamUnavailable
 from gateway.runtime.upstream_session import (
     ProgressRoute,
@@ -24,6 +26,20 @@ from gateway.runtime.upstream_session import (
 )
 
 log = structlog.get_logger("gateway")
+
+# Methods during which a legacy server has no reason to ask its client anything:
+# they skip the session lease, so listing never waits behind a parked call.
+_NO_SERVER_REQUESTS = frozenset(
+    {
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "completion/complete",
+        "logging/setLevel",
+        "ping",
+    }
+)
 
 
 class GatewayService:
@@ -35,6 +51,8 @@ class GatewayService:
     ) -> None:
         self.config = config
         self.pool = UpstreamPool(config, self._on_server_message, tap, connect)
+        self.bridge = MrtrBridge(config, self._forward, self._shape)
+        self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
 
     # -- client side -----------------------------------------------------
@@ -116,14 +134,18 @@ class GatewayService:
                 if isinstance(decision, routing.Reply):
                     return decision.message
                 session = await self.pool.session_for(link.principal, decision.client_capabilities)
-            reply = await self._forward(link, decision, session)
+            if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
+                return await self.bridge.call(link, msg, decision, session)
+            reply = await self._leased_forward(link, decision, session)
             if decision.shape is routing.Shape.TO_LEGACY and _is_unsupported_version(reply):
                 # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
                 profile = await self.pool.rediscover()
                 decision = self._route(link, msg, profile)
                 if isinstance(decision, routing.Reply):
                     return decision.message
-                reply = await self._forward(link, decision, session)
+                reply = await self._leased_forward(link, decision, session)
+            if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
+                reply = await self.legacy_input.complete(link, decision, session, reply)
         except UpstreamTimeout as exc:
             return wire.gateway_error(
                 msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
@@ -134,14 +156,6 @@ class GatewayService:
                 wire.INTERNAL_ERROR,
                 f"Upstream server failed: {exc}",
                 reason="upstream-failed",
-            )
-        if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
-            return wire.gateway_error(
-                msg_id,
-                wire.INTERNAL_ERROR,
-                "The server asked for client input (MRTR input_required), which this gateway "
-                "version does not yet bridge to legacy clients",
-                reason="mrtr-not-bridged",
             )
         return routing.shape_reply(
             decision,
@@ -167,8 +181,51 @@ class GatewayService:
             )
         return decision
 
-    async def _forward(
+    async def _leased_forward(
         self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+    ) -> wire.Message:
+        """Forward a call, holding the session's lease when a server request
+        during it could need a client (DESIGN §5.1.6)."""
+        lease = session.lease
+        if (
+            session.profile is None
+            or session.profile.era is not era.Era.LEGACY
+            or decision.method in _NO_SERVER_REQUESTS
+        ):
+            return await self._forward(link, decision, session)
+        exclusive = link.session is not None and any(map(link.declared, FEATURES))
+        with anyio.fail_after(self.config.request_timeout):
+            if exclusive:
+                await lease.acquire_exclusive(link)
+            else:
+                await lease.acquire_shared()
+        try:
+            return await self._forward(link, decision, session)
+        finally:
+            if exclusive:
+                lease.release_exclusive(link)
+            else:
+                lease.release_shared()
+
+    def _shape(
+        self,
+        decision: routing.Forward,
+        reply: wire.Message,
+        client_id: wire.RequestId,
+        session: UpstreamSession,
+    ) -> wire.Message:
+        profile = session.profile or self.pool.profile
+        assert profile is not None
+        return routing.shape_reply(
+            decision, reply, client_id, profile, self.config.cache_hint(decision.method)
+        )
+
+    async def _forward(
+        self,
+        link: ClientLink,
+        decision: routing.Forward,
+        session: UpstreamSession,
+        timeout: float | None = None,
     ) -> wire.Message:
         level = session.log_level_needed(decision.log_level)
         if level is not None:
@@ -187,7 +244,7 @@ class GatewayService:
             return await session.call(
                 decision.method,
                 params,
-                timeout=self.config.request_timeout,
+                timeout=timeout or self.config.request_timeout,
                 owner=link,
                 log_level=decision.log_level,
             )
@@ -255,40 +312,49 @@ class GatewayService:
         msg_id = msg["id"]
         method = msg["method"]
         feature = era.CLIENT_FEATURE_METHODS.get(method)
-        reply: wire.Message | None
-        # DESIGN §5.1.6: a server request belongs to the client whose call is in
-        # progress on this session. With no call in progress, a lone client is
-        # still unambiguous (a legacy server may ask for roots right after
-        # initialized, as server-everything does).
-        owners = session.owners() or set(self.links)
-        owner = next(iter(owners)) if len(owners) == 1 else None
+        holder = session.lease.holder
         if feature is None:
-            reply = wire.error_response(
+            reply: wire.Message | None = wire.error_response(
                 msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method}"
             )
-        elif not isinstance(owner, ClientLink):
-            why = "no client is connected" if not owners else "several clients could own it"
-            log.warning("server request with no client to ask", method=method, why=why)
-            reply = wire.error_response(
-                msg_id, wire.INVALID_REQUEST, f"{method} cannot be routed to a client: {why}"
-            )
-        elif owner.session is None:
-            reply = wire.error_response(
-                msg_id,
-                wire.METHOD_NOT_FOUND,
-                f"{method}: the modern client cannot be asked yet (MRTR bridging is not enabled)",
-            )
-        elif not owner.declared(feature):
-            log.info("server request for an undeclared client feature refused", method=method)
-            reply = wire.error_response(
-                msg_id,
-                wire.METHOD_NOT_FOUND,
-                f"Method not found: the client did not declare the {feature} capability",
-            )
+        elif isinstance(holder, HeldEntry):
+            # DESIGN §5.1.6: the call holding the session owns the request.
+            await self.bridge.on_server_request(holder, msg)
+            return
         else:
-            reply = await self._ask_legacy_client(owner, session, msg)
+            owner = holder if isinstance(holder, ClientLink) else self._sole_owner(session)
+            reply = await self._serve_for(owner, session, msg, feature)
         if reply is not None:
             await session.respond(reply)
+
+    def _sole_owner(self, session: UpstreamSession) -> ClientLink | None:
+        """The one client a server request can belong to, if there is one.
+
+        With no call in progress, a lone client is still unambiguous: a legacy
+        server may ask for roots right after initialized, as server-everything does.
+        """
+        owners = session.owners() or set(self.links)
+        owner = next(iter(owners)) if len(owners) == 1 else None
+        return owner if isinstance(owner, ClientLink) else None
+
+    async def _serve_for(
+        self, owner: ClientLink | None, session: UpstreamSession, msg: wire.Message, feature: str
+    ) -> wire.Message | None:
+        msg_id = msg["id"]
+        method = msg["method"]
+        if owner is not None and owner.session is not None:
+            if owner.declared(feature):
+                return await self._ask_legacy_client(owner, session, msg)
+            why = f"the client did not declare the {feature} capability"
+        elif owner is None:
+            why = "no single client call it can belong to"
+        else:
+            why = "no call of the modern client that can take it is in progress"
+        if method == "roots/list" and self.config.static_roots:
+            # DESIGN §5.1.6: roots outside a call may come from configuration.
+            return wire.result_response(msg_id, {"roots": list(self.config.static_roots)})
+        log.info("server request refused", method=method, why=why)
+        return wire.error_response(msg_id, wire.METHOD_NOT_FOUND, f"{method} refused: {why}")
 
     async def _ask_legacy_client(
         self, link: ClientLink, session: UpstreamSession, msg: wire.Message
@@ -335,6 +401,8 @@ class GatewayService:
         if method == "notifications/cancelled":
             # The server gave up on a request it sent; tell the client we passed it to.
             target = params.get("requestId")
+            if isinstance(session.lease.holder, HeldEntry):
+                self.bridge.on_server_cancel(session.lease.holder, target)
             for link in list(self.links):
                 for gateway_id, forwarded in list(link.server_requests.items()):
                     if forwarded.session is session and forwarded.upstream_id == target:
@@ -368,6 +436,7 @@ class GatewayService:
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
+        self.bridge.start(tg)
         await self.pool.start(tg)
 
     async def aclose(self) -> None:

@@ -14,6 +14,7 @@ import structlog
 
 from gateway import era, wire
 from gateway.core.profile import UpstreamProfile
+from gateway.runtime.session_lease import SessionLease
 
 log = structlog.get_logger("gateway.upstream")
 
@@ -70,6 +71,7 @@ class UpstreamSession:
         self.progress: dict[str, ProgressRoute] = {}
         self.upstream_log_level: str | None = None
         self.closed_reason: str | None = None
+        self.lease = SessionLease()
         self.started = time.monotonic()
         self._next_id = 0
         self._next_token = 0

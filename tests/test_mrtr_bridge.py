@@ -1,0 +1,467 @@
+"""The MRTR bridge end to end over scripted peers (2026-07-28 basic/patterns/mrtr;
+DESIGN §5.1.6-5.1.8, §5.2.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway import era, wire
+from gateway.core.request_state import Claims, Sealer
+from gateway.runtime.client_link import ClientLink
+from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
+
+pytestmark = pytest.mark.anyio
+
+ELICIT = {
+    "message": "Your name?",
+    "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+}
+ALL = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+
+
+def meta(caps: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        era.PROTOCOL_VERSION: "2026-07-28",
+        era.CLIENT_CAPABILITIES: ALL if caps is None else caps,
+    }
+
+
+async def ask_name(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    answer = await server.ask("elicitation/create", ELICIT)
+    result = answer.get("result") or {}
+    if result.get("action") != "accept":
+        return {"content": [{"type": "text", "text": f"no name ({answer})"}]}
+    return {"content": [{"type": "text", "text": f"Hello, {result['content']['name']}"}]}
+
+
+async def two_at_once(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+
+    async def one(method: str, params: dict[str, Any]) -> None:
+        results[method] = await server.ask(method, params)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, "elicitation/create", ELICIT)
+        tg.start_soon(one, "sampling/createMessage", {"messages": [], "maxTokens": 3})
+    text = (
+        f"{results['elicitation/create']['result']['content']['name']} / "
+        f"{results['sampling/createMessage']['result']['content']['text']}"
+    )
+    return {"content": [{"type": "text", "text": text}]}
+
+
+async def two_rounds(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    first = await server.ask("elicitation/create", ELICIT)
+    roots = await server.ask("roots/list")
+    text = f"{first['result']['content']['name']} @ {roots['result']['roots'][0]['uri']}"
+    return {"content": [{"type": "text", "text": text}]}
+
+
+async def start(
+    c: Client,
+    name: str,
+    msg_id: int = 1,
+    caps: dict[str, Any] | None = None,
+    link: ClientLink | None = None,
+) -> wire.Message:
+    params = {"name": name, "arguments": {}, "_meta": meta(caps)}
+    return await send_and_wait(c, wire.request(msg_id, "tools/call", params), link)
+
+
+async def retry(
+    c: Client,
+    first: wire.Message,
+    responses: dict[str, Any],
+    msg_id: int,
+    name: str = "ask_name",
+    link: ClientLink | None = None,
+    state: object = None,
+) -> wire.Message:
+    params = {
+        "name": name,
+        "arguments": {},
+        "_meta": meta(),
+        "inputResponses": responses,
+        "requestState": first["result"]["requestState"] if state is None else state,
+    }
+    return await send_and_wait(c, wire.request(msg_id, "tools/call", params), link)
+
+
+async def send_and_wait(c: Client, msg: wire.Message, link: ClientLink | None) -> wire.Message:
+    if link is None:
+        await c.send(msg)
+        with anyio.fail_after(5):
+            while True:
+                reply = await c.inbox.receive()
+                if reply.get("id") == msg["id"] and "method" not in reply:
+                    return reply
+    box: list[wire.Message] = []
+    done = anyio.Event()
+    original = link.send
+
+    async def capture(out: wire.Message) -> None:
+        if out.get("id") == msg["id"] and "method" not in out:
+            box.append(out)
+            done.set()
+        else:
+            await original(out)
+
+    link.send = capture
+    try:
+        await c.service.handle_client_message(link, msg, c.requests)
+        with anyio.fail_after(5):
+            await done.wait()
+    finally:
+        link.send = original
+    return box[0]
+
+
+def accept(name: str) -> dict[str, Any]:
+    return {"action": "accept", "content": {"name": name}}
+
+
+# -- modern client → legacy server ------------------------------------------------
+
+
+async def test_elicitation_round_trip() -> None:
+    seen = Recorder()
+    async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
+        first = await start(c, "ask_name")
+        result = first["result"]
+        assert result["resultType"] == "input_required"
+        assert result["inputRequests"] == {
+            "input-1": {"method": "elicitation/create", "params": ELICIT}
+        }
+        final = await retry(c, first, {"input-1": accept("Ada")}, msg_id=2)
+        answer = next(m for m in seen if m.get("id") == "srv-1" and "result" in m)
+    assert final["id"] == 2
+    assert final["result"]["content"][0]["text"] == "Hello, Ada"
+    assert final["result"]["resultType"] == "complete"
+    assert answer["result"] == accept("Ada")
+    calls = [m for m in seen if m.get("method") == "tools/call"]
+    assert len(calls) == 1  # hold mode: the original call was never re-sent
+    assert "inputResponses" not in calls[0]["params"]
+
+
+async def test_concurrent_server_requests_go_out_in_one_input_required() -> None:
+    async with gateway(legacy_server({"tools/call": two_at_once})) as c:
+        first = await start(c, "two")
+        keys = first["result"]["inputRequests"]
+        assert sorted(r["method"] for r in keys.values()) == [
+            "elicitation/create",
+            "sampling/createMessage",
+        ]
+        answers = {
+            k: accept("Bo")
+            if r["method"] == "elicitation/create"
+            else {"role": "assistant", "content": {"type": "text", "text": "sampled"}, "model": "m"}
+            for k, r in keys.items()
+        }
+        final = await retry(c, first, answers, msg_id=2, name="two")
+    assert final["result"]["content"][0]["text"] == "Bo / sampled"
+
+
+async def test_several_rounds_missing_and_extra_responses() -> None:
+    async with gateway(legacy_server({"tools/call": two_rounds})) as c:
+        first = await start(c, "two_rounds")
+        # Nothing answered (only an extra key): the same question comes back.
+        again = await retry(c, first, {"bogus": {"x": 1}}, msg_id=2, name="two_rounds")
+        assert list(again["result"]["inputRequests"]) == ["input-1"]
+        second = await retry(c, again, {"input-1": accept("Cy")}, msg_id=3, name="two_rounds")
+        assert [r["method"] for r in second["result"]["inputRequests"].values()] == ["roots/list"]
+        final = await retry(
+            c, second, {"input-2": {"roots": [{"uri": "file:///w"}]}}, msg_id=4, name="two_rounds"
+        )
+    assert final["result"]["content"][0]["text"] == "Cy @ file:///w"
+
+
+async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
+    seen = Recorder()
+    async with gateway(
+        legacy_server({"tools/call": ask_name}, log=seen), state_key="k" * 32, instance_id="gw-1"
+    ) as c:
+        first = await start(c, "ask_name")
+        before = len(seen)
+        state = first["result"]["requestState"]
+        tampered = state[:-3] + ("AAA" if not state.endswith("AAA") else "BBB")
+        other = Sealer(b"k" * 32, "gw-2").seal(Claims("gw-2", "local", "tools/call", "x", 1, 2**62))
+        cases = [
+            (tampered, {"input-1": accept("x")}, "verification"),
+            (other, {"input-1": accept("x")}, "another gateway instance"),
+            (state, {"input-1": {"action": "perhaps"}}, "action"),
+            (state, ["not", "an", "object"], "must be an object"),
+            (42, {"input-1": accept("x")}, "must be a string"),
+        ]
+        for n, (bad_state, responses, why) in enumerate(cases, start=10):
+            bad = await retry(c, first, responses, msg_id=n, state=bad_state)  # type: ignore[arg-type]
+            assert bad["error"]["code"] == wire.INVALID_PARAMS, bad
+            assert why in bad["error"]["message"]
+        # Different params under the same state: another request.
+        other_params = await retry(c, first, {"input-1": accept("x")}, msg_id=20, name="other")
+        assert "other params" in other_params["error"]["message"]
+        assert len(seen) == before  # nothing upstream was touched
+        final = await retry(c, first, {"input-1": accept("Di")}, msg_id=30)
+        assert final["result"]["content"][0]["text"] == "Hello, Di"
+        replayed = await retry(c, first, {"input-1": accept("Di")}, msg_id=31)
+        assert replayed["error"]["code"] == wire.INVALID_PARAMS
+        assert "gone" in replayed["error"]["message"]
+
+
+async def test_state_of_another_principal_is_rejected() -> None:
+    # Sessions are never shared across principals: mallory gets her own.
+    async with gateway(legacy_server({"tools/call": ask_name}), max_sessions=2) as c:
+        first = await start(c, "ask_name")
+        send, _ = anyio.create_memory_object_stream[wire.Message](10)
+        mallory = ClientLink(send=send.send, principal="mallory")
+        c.service.links.add(mallory)
+        stolen = await retry(c, first, {"input-1": accept("M")}, msg_id=2, link=mallory)
+        assert "another principal" in stolen["error"]["message"]
+        final = await retry(c, first, {"input-1": accept("Al")}, msg_id=3)
+    assert final["result"]["content"][0]["text"] == "Hello, Al"
+
+
+async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
+    seen = Recorder()
+    async with gateway(legacy_server({"tools/call": ask_name}, log=seen), state_ttl=0.2) as c:
+        first = await start(c, "ask_name")
+        assert c.service.bridge.held
+        cancel = await seen.wait_for("notifications/cancelled", timeout=3)
+        call_id = next(m["id"] for m in seen if m.get("method") == "tools/call")
+        assert cancel["params"]["requestId"] == call_id
+        refused = next(m for m in seen if m.get("id") == "srv-1")
+        assert refused["error"]["code"] == wire.INTERNAL_ERROR
+        assert not c.service.bridge.held
+        session = next(iter(c.service.pool.sessions.values()))
+        assert session.lease.holder is None and not session.pending
+        late = await retry(c, first, {"input-1": accept("Z")}, msg_id=2)
+        assert late["error"]["code"] == wire.INVALID_PARAMS
+        # The session is free for the next call.
+        nxt = await start(c, "ask_name", msg_id=3)
+        assert nxt["result"]["resultType"] == "input_required"
+
+
+async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
+    seen = Recorder()
+
+    async def hangs_after_answer(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.ask("elicitation/create", ELICIT)
+        await anyio.sleep_forever()
+
+    async with gateway(legacy_server({"tools/call": hangs_after_answer}, log=seen)) as c:
+        first = await start(c, "hang")
+        params = {
+            "name": "hang",
+            "arguments": {},
+            "_meta": meta(),
+            "inputResponses": {"input-1": accept("Q")},
+            "requestState": first["result"]["requestState"],
+        }
+        await c.send(wire.request(2, "tools/call", params))
+        await seen.wait_for("notifications/initialized")
+        with anyio.fail_after(3):
+            while not any(m.get("id") == "srv-1" for m in seen):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        await c.send(wire.notification("notifications/cancelled", {"requestId": 2}))
+        await seen.wait_for("notifications/cancelled")
+        with anyio.fail_after(3):
+            while c.service.bridge.held:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+
+async def test_upstream_crash_while_parked_fails_the_retry_cleanly() -> None:
+    async def asks_then_dies(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.emit(wire.request("srv-x", "elicitation/create", ELICIT))
+        await anyio.sleep(0.05)
+        server.die()
+
+    async with gateway(legacy_server({"tools/call": asks_then_dies})) as c:
+        first = await start(c, "die")
+        await anyio.sleep(0.2)
+        crashed = await retry(c, first, {"input-1": accept("Y")}, msg_id=2, name="die")
+        assert crashed["error"]["data"]["reason"] == "upstream-failed"
+        assert not c.service.bridge.held
+
+
+async def test_undeclared_capability_is_refused_upstream() -> None:
+    async with gateway(legacy_server({"tools/call": ask_name})) as c:
+        reply = await start(c, "ask_name", caps={"sampling": {}})
+    text = reply["result"]["content"][0]["text"]
+    assert "did not declare the elicitation (form mode) capability" in text
+
+
+async def test_static_roots_answer_roots_outside_any_call() -> None:
+    roots = ({"uri": "file:///srv", "name": "srv"},)
+
+    async def asks_roots(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        answer = await server.ask("roots/list")
+        return {"content": [{"type": "text", "text": str(answer.get("result"))}]}
+
+    async with gateway(legacy_server({"tools/call": asks_roots}), static_roots=roots) as c:
+        reply = await c.call("tools/call", {"name": "r"})  # a client with no roots capability
+    assert "file:///srv" in reply["result"]["content"][0]["text"]
+
+
+async def test_url_elicitation_required_error_becomes_input_required() -> None:
+    calls = 0
+
+    async def needs_url(server: ScriptedServer, msg: wire.Message) -> dict[str, Any] | wire.Message:
+        nonlocal calls
+        calls += 1
+        if calls != 2:
+            return wire.error_response(
+                0,
+                wire.URL_ELICITATION_REQUIRED,
+                "auth needed",
+                {
+                    "elicitations": [
+                        {
+                            "mode": "url",
+                            "elicitationId": "e-9",
+                            "url": "https://x/auth",
+                            "message": "Sign in",
+                        }
+                    ]
+                },
+            )
+        return {"content": [{"type": "text", "text": "authorised"}]}
+
+    async with gateway(legacy_server({"tools/call": needs_url})) as c:
+        first = await start(c, "needs_url")
+        req = first["result"]["inputRequests"]["url-1"]
+        assert req == {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "url": "https://x/auth", "message": "Sign in"},
+        }
+        final = await retry(c, first, {"url-1": {"action": "accept"}}, msg_id=2, name="needs_url")
+        no_url = await start(c, "needs_url", msg_id=3, caps={"elicitation": {}})
+    assert final["result"]["content"][0]["text"] == "authorised"
+    assert calls == 3
+    # -32042 never reaches a modern client (2026-07-28 "Error Codes").
+    assert no_url["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
+    seen = Recorder()
+    async with gateway(
+        legacy_server({"tools/call": ask_name}, log=seen), replay_tools=("ask_*",)
+    ) as c:
+        first = await start(c, "ask_name")
+        (key,) = first["result"]["inputRequests"]
+        assert key.startswith("replay-")
+        assert not c.service.bridge.held
+        await seen.wait_for("notifications/cancelled")
+        final = await retry(c, first, {key: accept("Ed")}, msg_id=2, name="ask_name")
+    assert final["result"]["content"][0]["text"] == "Hello, Ed"
+    assert len([m for m in seen if m.get("method") == "tools/call"]) == 2
+
+
+async def test_many_clients_each_get_their_own_answer() -> None:
+    async with gateway(legacy_server({"tools/call": ask_name})) as c:
+        results: dict[int, str] = {}
+
+        async def client(n: int) -> None:
+            send, _ = anyio.create_memory_object_stream[wire.Message](10)
+            link = ClientLink(send=send.send)  # one principal: one shared upstream session
+            c.service.links.add(link)
+            first = await start(c, "ask_name", msg_id=1, link=link)
+            final = await retry(c, first, {"input-1": accept(f"n{n}")}, msg_id=2, link=link)
+            results[n] = final["result"]["content"][0]["text"]
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for n in range(32):
+                    tg.start_soon(client, n)
+    assert results == {n: f"Hello, n{n}" for n in range(32)}
+
+
+# -- legacy client → modern server -----------------------------------------------
+
+
+def mrtr_tool(needs: dict[str, Any]) -> Any:
+    async def handler(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        params = msg["params"]
+        responses = params.get("inputResponses") or {}
+        missing = {k: v for k, v in needs.items() if k not in responses}
+        if missing:
+            return {
+                "resultType": "input_required",
+                "inputRequests": missing,
+                "requestState": f"state-{len(responses)}",
+            }
+        return {
+            "content": [{"type": "text", "text": repr(sorted(responses.items()))}],
+            "_meta": {"state": params.get("requestState")},
+        }
+
+    return handler
+
+
+async def test_input_required_becomes_requests_to_the_legacy_client() -> None:
+    seen = Recorder()
+    needs = {
+        "who": {"method": "elicitation/create", "params": ELICIT},
+        "llm": {"method": "sampling/createMessage", "params": {"messages": []}},
+    }
+    async with gateway(modern_server({"tools/call": mrtr_tool(needs)}, log=seen)) as c:
+        await c.initialize({"elicitation": {}, "sampling": {}})
+        await c.send(wire.request(9, "tools/call", {"name": "t"}))
+        asked = [await c.next(), await c.next()]  # both before either is answered
+        assert {m["method"] for m in asked} == {"elicitation/create", "sampling/createMessage"}
+        for m in asked:
+            await c.send(
+                wire.result_response(
+                    m["id"],
+                    {"action": "accept", "content": {"n": 1}}
+                    if m["method"] == "elicitation/create"
+                    else {"role": "assistant", "content": {}},
+                )
+            )
+        final = await c.next()
+    assert final["id"] == 9 and "resultType" not in final["result"]
+    calls = [m for m in seen if m.get("method") == "tools/call"]
+    assert len(calls) == 2 and calls[0]["id"] != calls[1]["id"]
+    assert calls[1]["params"]["requestState"] == "state-0"  # echoed exactly
+    assert set(calls[1]["params"]["inputResponses"]) == {"who", "llm"}
+
+
+async def test_input_the_legacy_client_cannot_give_is_a_clear_error() -> None:
+    needs = {"r": {"method": "roots/list"}}
+    async with gateway(modern_server({"tools/call": mrtr_tool(needs)})) as c:
+        await c.initialize({"sampling": {}})
+        reply = await c.call("tools/call", {"name": "t"}, modern=False)
+    assert reply["error"]["data"]["reason"] == "input-unavailable"
+    assert "roots/list" in reply["error"]["message"]
+
+
+async def test_a_refusing_legacy_client_ends_the_call_with_a_clear_error() -> None:
+    needs = {"r": {"method": "roots/list"}}
+    async with gateway(modern_server({"tools/call": mrtr_tool(needs)})) as c:
+        await c.initialize({"roots": {}})
+        await c.send(wire.request(4, "tools/call", {"name": "t"}))
+        asked = await c.next()
+        await c.send(wire.error_response(asked["id"], -32601, "no roots here"))
+        reply = await c.next()
+    assert reply["id"] == 4 and reply["error"]["data"]["reason"] == "client-refused"
+
+
+async def test_url_elicitation_gets_an_id_for_2025_11_25_and_is_refused_for_older() -> None:
+    needs = {
+        "u": {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "url": "https://a", "message": "go"},
+        }
+    }
+    async with gateway(modern_server({"tools/call": mrtr_tool(needs)})) as c:
+        await c.initialize({"elicitation": {"url": {}}})
+        await c.send(wire.request(4, "tools/call", {"name": "t"}))
+        asked = await c.next()
+        assert isinstance(asked["params"]["elicitationId"], str)
+        await c.send(wire.result_response(asked["id"], {"action": "accept"}))
+        assert "result" in await c.next()
+    async with gateway(modern_server({"tools/call": mrtr_tool(needs)})) as c:
+        await c.initialize({"elicitation": {}}, version="2025-06-18")
+        reply = await c.call("tools/call", {"name": "t"}, modern=False)
+    assert "URL elicitation" in reply["error"]["message"]

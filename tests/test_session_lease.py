@@ -1,0 +1,76 @@
+"""The readers-writer lease that ties legacy server requests to one call (DESIGN §5.1.6)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from gateway.runtime.session_lease import SessionLease
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_readers_share_and_a_writer_waits_for_them() -> None:
+    lease = SessionLease()
+    await lease.acquire_shared()
+    await lease.acquire_shared()
+    got = anyio.Event()
+
+    async def writer() -> None:
+        await lease.acquire_exclusive("w")
+        got.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(writer)
+        await anyio.wait_all_tasks_blocked()
+        assert not got.is_set()
+        lease.release_shared()
+        await anyio.wait_all_tasks_blocked()
+        assert not got.is_set()
+        lease.release_shared()
+        with anyio.fail_after(1):
+            await got.wait()
+    assert lease.holder == "w"
+
+
+async def test_waiting_writer_blocks_new_readers() -> None:
+    lease = SessionLease()
+    await lease.acquire_shared()
+    order: list[str] = []
+
+    async def writer() -> None:
+        await lease.acquire_exclusive("w")
+        order.append("writer")
+        lease.release_exclusive("w")
+
+    async def reader() -> None:
+        await lease.acquire_shared()
+        order.append("reader")
+        lease.release_shared()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(writer)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(reader)
+        await anyio.wait_all_tasks_blocked()
+        lease.release_shared()
+    assert order == ["writer", "reader"]
+
+
+async def test_only_the_holder_releases() -> None:
+    lease = SessionLease()
+    await lease.acquire_exclusive("a")
+    lease.release_exclusive("b")
+    assert lease.holder == "a"
+    lease.release_exclusive("a")
+    assert lease.holder is None
+
+
+async def test_waits_are_bounded_by_the_caller() -> None:
+    lease = SessionLease()
+    await lease.acquire_exclusive("a")
+    with pytest.raises(TimeoutError), anyio.fail_after(0.05):
+        await lease.acquire_exclusive("b")
+    lease.release_exclusive("a")
+    with anyio.fail_after(1):
+        await lease.acquire_exclusive("c")  # the timed-out waiter left no trace
