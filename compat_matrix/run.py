@@ -1,0 +1,917 @@
+#!/usr/bin/env python3
+"""Run the compatibility matrix with real peers and write REPORT.md.
+
+    python compat_matrix/run.py [--only PATTERN] [--jobs N] [--out compat_matrix/REPORT.md]
+
+Every "ready" cell of `cells.toml` is expanded into its client x server peer
+pairs, and every pair runs twice: DIRECT (the fixture client spawns the server)
+and THROUGH THE GATEWAY (the client spawns the gateway, which spawns the
+server). Each run has a hard timeout, runs in its own process group and is
+tagged through its environment, so everything it started (including upstream
+servers that the gateway put in sessions of their own) is found and killed at
+the end. The exit status is 1 iff an observed outcome differs from the
+expected one (a direct run that works where the spec says it fails counts),
+2 if the matrix or the peers are unusable.
+
+The module is also the library the real-peer tests use: `load_matrix`,
+`find_run`, `run_many`, `judge`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import fnmatch
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+CELLS_FILE = HERE / "cells.toml"
+DEFAULT_REPORT = HERE / "REPORT.md"
+PEER_SRC = HERE / "peers"
+
+ERAS = ("modern", "legacy", "dual")
+TRANSPORTS = ("stdio", "http")
+FEATURES = (
+    "basic",
+    "elicitation-form",
+    "elicitation-url",
+    "sampling",
+    "roots",
+    "notifications",
+)
+OUTCOMES = ("works", "fails", "n/a")
+STATUSES = ("ready", "not yet")
+# Set in every run's environment; the fixture clients hand their whole
+# environment to the servers they spawn, and so does the gateway.
+RUN_TAG_VAR = "MCP_COMPAT_RUN"
+INSTALL_HINT = "run `bash peers/install.sh` (or set MCP_PEERS_DIR to an installed peers dir)"
+
+Via = Literal["direct", "gateway"]
+VIAS: tuple[Via, ...] = ("direct", "gateway")
+
+
+class MatrixError(Exception):
+    """cells.toml is inconsistent; the message lists every problem found."""
+
+
+# -- the data ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    role: Literal["client", "server"]
+    era: str
+    label: str
+    command: str
+    transports: tuple[str, ...]
+    features: tuple[str, ...]
+    unused: str | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    client_era: str
+    server_era: str
+    front: str
+    back: str
+    feature: str
+    clients: tuple[str, ...]
+    servers: tuple[str, ...]
+    direct: str
+    direct_era: str | None
+    gateway: str
+    gateway_era: str | None
+    status: str
+    issues: tuple[str, ...] = ()
+    note: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    def expected(self, via: Via) -> tuple[str, str | None]:
+        """(outcome, era) this cell expects for a run `via` direct or gateway."""
+        if via == "direct":
+            return self.direct, self.direct_era
+        return self.gateway, self.gateway_era
+
+
+@dataclass(frozen=True)
+class Matrix:
+    cells: tuple[Cell, ...]
+    clients: dict[str, Peer]
+    servers: dict[str, Peer]
+    gateway_command: str
+    client_timeout: float
+    hard_timeout: float
+    jobs: int
+    spec: dict[str, dict[str, str]]
+
+    def cell(self, cell_id: str) -> Cell:
+        for cell in self.cells:
+            if cell.id == cell_id:
+                return cell
+        raise KeyError(cell_id)
+
+
+def cell_id(client_era: str, server_era: str, front: str, back: str, feature: str) -> str:
+    return f"{client_era}-{server_era}.{front}-{back}.{feature}"
+
+
+def _strs(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _peer(name: str, role: Literal["client", "server"], raw: dict[str, Any]) -> Peer:
+    return Peer(
+        name=name,
+        role=role,
+        era=str(raw["era"]),
+        label=str(raw.get("label", name)),
+        command=str(raw["command"]),
+        transports=_strs(raw.get("transports", ["stdio"])),
+        features=_strs(raw.get("features", [])),
+        unused=raw.get("unused"),
+    )
+
+
+def _cell(raw: dict[str, Any]) -> Cell:
+    return Cell(
+        id=str(raw["id"]),
+        client_era=str(raw["client_era"]),
+        server_era=str(raw["server_era"]),
+        front=str(raw["front"]),
+        back=str(raw["back"]),
+        feature=str(raw["feature"]),
+        clients=_strs(raw.get("clients", [])),
+        servers=_strs(raw.get("servers", [])),
+        direct=str(raw["direct"]),
+        direct_era=raw.get("direct_era"),
+        gateway=str(raw["gateway"]),
+        gateway_era=raw.get("gateway_era"),
+        status=str(raw["status"]),
+        issues=_strs(raw.get("issues", [])),
+        note=raw.get("note"),
+    )
+
+
+def load_matrix(path: Path = CELLS_FILE) -> Matrix:
+    """Parse and validate cells.toml: every dimension combination exactly once,
+    consistent ids, known peers of the right era, spec-consistent expectations."""
+    with path.open("rb") as fh:
+        raw = tomllib.load(fh)
+    problems: list[str] = []
+    try:
+        clients = {n: _peer(n, "client", p) for n, p in raw.get("clients", {}).items()}
+        servers = {n: _peer(n, "server", p) for n, p in raw.get("servers", {}).items()}
+        cells = tuple(_cell(c) for c in raw.get("cell", []))
+        gateway_command = str(raw["gateway"]["command"])
+        run_cfg = raw.get("run", {})
+        spec: dict[str, dict[str, str]] = {k: dict(v) for k, v in raw.get("spec", {}).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MatrixError(f"{path}: malformed entry: {exc!r}") from exc
+
+    for peer in [*clients.values(), *servers.values()]:
+        if peer.era not in ERAS:
+            problems.append(f"{peer.role} {peer.name}: unknown era {peer.era!r}")
+        if peer.role == "client" and not peer.command.rstrip().endswith("{server}"):
+            problems.append(f"client {peer.name}: command must end with {{server}}")
+    if "{server}" not in gateway_command.split():
+        problems.append("[gateway].command must contain the {server} placeholder as a word")
+
+    seen: Counter[str] = Counter(c.id for c in cells)
+    problems += [f"cell {cid}: listed {n} times" for cid, n in seen.items() if n > 1]
+    wanted = {
+        cell_id(ce, se, f, b, feat)
+        for ce in ERAS
+        for se in ERAS
+        for f in TRANSPORTS
+        for b in TRANSPORTS
+        for feat in FEATURES
+    }
+    problems += [f"cell {cid}: missing from the matrix" for cid in sorted(wanted - set(seen))]
+
+    for c in cells:
+        where = f"cell {c.id}"
+        if c.id != cell_id(c.client_era, c.server_era, c.front, c.back, c.feature):
+            problems.append(f"{where}: id does not match its fields")
+        if c.id not in wanted:
+            problems.append(f"{where}: outside the declared dimensions")
+        if c.direct not in OUTCOMES or c.gateway not in OUTCOMES or c.status not in STATUSES:
+            problems.append(f"{where}: bad direct/gateway/status value")
+        rule = spec.get(f"{c.client_era}-{c.server_era}", {}).get("direct")
+        want_direct = "n/a" if c.front != c.back else rule
+        if c.direct != want_direct:
+            problems.append(f"{where}: direct={c.direct!r} but the spec says {want_direct!r}")
+        if c.gateway != "works":
+            problems.append(f"{where}: the gateway must make every cell work")
+        if c.status == "not yet" and not c.issues:
+            problems.append(f"{where}: a 'not yet' cell must name the issue that adds it")
+        for name in c.clients:
+            client = clients.get(name)
+            if client is None:
+                problems.append(f"{where}: unknown client {name!r}")
+            elif client.era != c.client_era:
+                problems.append(f"{where}: client {name} is {client.era}, not {c.client_era}")
+        for name in c.servers:
+            server = servers.get(name)
+            if server is None:
+                problems.append(f"{where}: unknown server {name!r}")
+            elif server.era != c.server_era:
+                problems.append(f"{where}: server {name} is {server.era}, not {c.server_era}")
+        if c.ready:
+            if not c.clients or not c.servers:
+                problems.append(f"{where}: a ready cell needs at least one client and server")
+            for name in c.clients:
+                client = clients.get(name)
+                if client is not None and (
+                    c.front not in client.transports or c.feature not in client.features
+                ):
+                    problems.append(f"{where}: client {name} cannot run {c.front}/{c.feature}")
+            for name in c.servers:
+                server = servers.get(name)
+                if server is not None and (
+                    c.back not in server.transports or c.feature not in server.features
+                ):
+                    problems.append(f"{where}: server {name} cannot run {c.back}/{c.feature}")
+    if problems:
+        raise MatrixError(f"{path}:\n  " + "\n  ".join(problems))
+    return Matrix(
+        cells=cells,
+        clients=clients,
+        servers=servers,
+        gateway_command=gateway_command,
+        client_timeout=float(run_cfg.get("client_timeout", 30)),
+        hard_timeout=float(run_cfg.get("hard_timeout", 50)),
+        jobs=int(run_cfg.get("jobs", 2)),
+        spec=spec,
+    )
+
+
+# -- the environment -----------------------------------------------------------
+
+
+def peers_dir() -> Path:
+    """$MCP_PEERS_DIR, else <repo>/.peers (as peers/install.sh)."""
+    configured = os.environ.get("MCP_PEERS_DIR")
+    return Path(configured).resolve() if configured else REPO / ".peers"
+
+
+def missing_peers(peers: Path | None = None) -> list[str]:
+    """What peers/install.sh should have created but did not (empty when usable)."""
+    peers = peers or peers_dir()
+    needed = [
+        peers / "py1" / "bin" / "python",
+        peers / "py2" / "bin" / "python",
+        peers / "node" / "node_modules" / ".bin" / "mcp-server-everything",
+        peers / "node" / "node_modules" / "@modelcontextprotocol" / "client",
+        peers / "node" / "node_modules" / "@modelcontextprotocol" / "server",
+    ]
+    return [str(p) for p in needed if not p.exists()]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What fills the placeholders of cells.toml."""
+
+    peers: Path
+    python: str = sys.executable
+    client_timeout: float = 30.0
+    hard_timeout: float = 50.0
+    gateway_command: str = "{python} -m gateway --log-level warning -- {server}"
+
+    @classmethod
+    def for_matrix(cls, matrix: Matrix, peers: Path | None = None) -> Context:
+        return cls(
+            peers=peers or peers_dir(),
+            client_timeout=matrix.client_timeout,
+            hard_timeout=matrix.hard_timeout,
+            gateway_command=matrix.gateway_command,
+        )
+
+    def placeholders(self) -> dict[str, str]:
+        return {
+            "{python}": self.python,
+            "{peers}": str(self.peers),
+            "{py1}": str(self.peers / "py1" / "bin" / "python"),
+            "{py2}": str(self.peers / "py2" / "bin" / "python"),
+            "{node_bin}": str(self.peers / "node" / "node_modules" / ".bin"),
+            "{src}": str(PEER_SRC),
+            "{timeout}": f"{self.client_timeout:g}",
+        }
+
+    def expand(self, template: str, server: Sequence[str] = ()) -> list[str]:
+        """Split a command template into argv; the word `{server}` becomes `server`."""
+        words: list[str] = []
+        for word in shlex.split(template):
+            if word == "{server}":
+                words.extend(server)
+                continue
+            filled = word
+            for key, value in self.placeholders().items():
+                filled = filled.replace(key, value)
+            words.append(filled)
+        return words
+
+
+# -- one run -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    cell: Cell
+    client: Peer
+    server: Peer
+    via: Via
+
+    @property
+    def pair(self) -> str:
+        return f"{self.client.name}>{self.server.name}"
+
+    @property
+    def key(self) -> str:
+        """`<cell id>:<client>><server>@<via>`; --only matches against it."""
+        return f"{self.cell.id}:{self.pair}@{self.via}"
+
+    def argv(self, ctx: Context) -> list[str]:
+        server = ctx.expand(self.server.command)
+        if self.via == "gateway":
+            server = ctx.expand(ctx.gateway_command, server)
+        return ctx.expand(self.client.command, server)
+
+
+@dataclass
+class Observation:
+    run: Run
+    ok: bool
+    duration: float
+    exit_code: int | None
+    timed_out: bool = False
+    era: str | None = None
+    protocol_version: str | None = None
+    route: str | None = None  # py2: server/discover or initialize
+    error: str | None = None
+    leftovers: list[str] = field(default_factory=list)
+    stderr_tail: list[str] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+
+    @property
+    def outcome(self) -> str:
+        return "works" if self.ok else "fails"
+
+    @property
+    def evidence(self) -> str:
+        if not self.ok:
+            return ("timeout: " if self.timed_out else "") + (self.error or "failed")
+        bits = [self.era or "?"]
+        if self.protocol_version:
+            bits.append(self.protocol_version)
+        if self.route:
+            bits.append(f"via {self.route}")
+        return " ".join(bits)
+
+
+def first_line(text: str, limit: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _parse_report(stdout: str) -> dict[str, Any] | None:
+    """The fixture clients print one JSON object; take the last line that is one."""
+    for raw in reversed(stdout.strip().splitlines()):
+        line = raw.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(line)
+                if isinstance(parsed, dict):
+                    return parsed
+    return None
+
+
+def _tagged_pids(tag: str) -> dict[int, str]:
+    """Processes (other than us) whose environment carries this run's tag."""
+    needle = f"{RUN_TAG_VAR}={tag}".encode()
+    found: dict[int, str] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    me = os.getpid()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone, or not ours to read
+        found[int(entry.name)] = cmdline.strip()
+    return found
+
+
+def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _reap_tagged(tag: str, grace: float = 1.0) -> list[str]:
+    """Give stragglers `grace` to exit on their own, then TERM, then KILL them.
+    Returns a short description of each straggler that had to be killed."""
+    deadline = time.monotonic() + grace
+    left = _tagged_pids(tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _tagged_pids(tag)
+    if not left:
+        return []
+    killed = [_short_cmd(cmd) for cmd in left.values()]
+    _signal(left, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        left = _tagged_pids(tag)
+        if not left:
+            break
+        time.sleep(0.1)
+    _signal(_tagged_pids(tag), signal.SIGKILL)
+    return killed
+
+
+def _short_cmd(cmdline: str) -> str:
+    words = cmdline.split()
+    interesting = [Path(w).name for w in words if "/" in w or w.startswith("-m")] or words
+    return " ".join(interesting[:3])[:80]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=2)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_one(run: Run, ctx: Context) -> Observation:
+    """Run one client against one server (direct or through the gateway)."""
+    argv = run.argv(ctx)
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, MCP_PEERS_DIR=str(ctx.peers), **{RUN_TAG_VAR: tag})
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    timed_out = False
+    # Temporary files, not pipes: a grandchild holding a pipe open must not
+    # block us after the client itself has exited.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return Observation(run, ok=False, duration=0.0, exit_code=None, error=str(exc))
+        try:
+            proc.wait(timeout=ctx.hard_timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        duration = time.monotonic() - started
+        leftovers = _reap_tagged(tag)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    report = _parse_report(stdout)
+    obs = Observation(
+        run,
+        ok=False,
+        duration=duration,
+        exit_code=proc.returncode,
+        timed_out=timed_out,
+        leftovers=leftovers,
+        stderr_tail=stderr.strip().splitlines()[-20:],
+        report=report,
+    )
+    if report is None:
+        obs.error = (
+            f"hard timeout after {ctx.hard_timeout:g}s"
+            if timed_out
+            else f"no JSON report (exit {proc.returncode}): {first_line(stderr) or 'no stderr'}"
+        )
+        return obs
+    obs.ok = report.get("ok") is True and proc.returncode == 0 and not timed_out
+    obs.era = report.get("era")
+    for step in report.get("steps") or []:
+        if not isinstance(step, dict):
+            continue
+        if obs.protocol_version is None and isinstance(step.get("protocolVersion"), str):
+            obs.protocol_version = step["protocolVersion"]
+            obs.route = step.get("via")
+        versions = step.get("supportedVersions")
+        if obs.protocol_version is None and step.get("ok") and isinstance(versions, list):
+            # raw modern client: no negotiation, the discovered versions say it
+            obs.protocol_version = ",".join(str(v) for v in versions)
+            obs.route = "server/discover"
+    if not obs.ok:
+        error = report.get("error") or f"exit {proc.returncode}"
+        obs.error = first_line(str(error))
+    return obs
+
+
+def run_many(
+    runs: Sequence[Run],
+    ctx: Context,
+    jobs: int = 2,
+    progress: Callable[[int, int, Observation], None] | None = None,
+) -> list[Observation]:
+    """Run independent runs `jobs` at a time; results in the order of `runs`."""
+    results: list[Observation | None] = [None] * len(runs)
+    done = 0
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        nonlocal done
+        obs = run_one(runs[index], ctx)
+        with lock:
+            results[index] = obs
+            done += 1
+            if progress is not None:
+                progress(done, len(runs), obs)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for future in [pool.submit(one, i) for i in range(len(runs))]:
+            future.result()
+    return [r for r in results if r is not None]
+
+
+# -- planning and judging ----------------------------------------------------
+
+
+def expand(matrix: Matrix, cell: Cell, vias: Sequence[Via] = ("direct", "gateway")) -> list[Run]:
+    runs = []
+    for client in cell.clients:
+        for server in cell.servers:
+            for via in vias:
+                if via == "direct" and cell.direct == "n/a":
+                    continue
+                runs.append(Run(cell, matrix.clients[client], matrix.servers[server], via))
+    return runs
+
+
+def matches(pattern: str, *names: str) -> bool:
+    if any(ch in pattern for ch in "*?["):
+        return any(fnmatch.fnmatchcase(n, pattern) for n in names)
+    return any(pattern in n for n in names)
+
+
+def plan(matrix: Matrix, only: str | None = None) -> list[Run]:
+    """Every run of every ready cell, filtered by --only (glob, else substring,
+    matched against `<cell id>:<client>><server>@<via>`)."""
+    runs = [run for cell in matrix.cells if cell.ready for run in expand(matrix, cell)]
+    if only:
+        runs = [r for r in runs if matches(only, r.key)]
+    return runs
+
+
+def find_run(matrix: Matrix, client: str, server: str, via: Via, feature: str = "basic") -> Run:
+    """The stdio x stdio run of this client/server pair for `feature`."""
+    c, s = matrix.clients[client], matrix.servers[server]
+    cell = matrix.cell(cell_id(c.era, s.era, "stdio", "stdio", feature))
+    return Run(cell, c, s, via)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    expected: str
+    observed: str
+    matched: bool
+    reason: str
+
+
+def judge(obs: Observation) -> Verdict:
+    """Compare an observation with what its cell expects for that route."""
+    want, want_era = obs.run.cell.expected(obs.run.via)
+    expected = f"{want} ({want_era})" if want == "works" and want_era else want
+    observed = obs.outcome
+    if want == "works":
+        if not obs.ok:
+            return Verdict(expected, observed, False, f"fails: {obs.error}")
+        if want_era and obs.era != want_era:
+            return Verdict(expected, f"works ({obs.era})", False, f"works, but in era {obs.era}")
+        return Verdict(expected, f"works ({obs.era})", True, obs.evidence)
+    if want == "fails":
+        if obs.ok:
+            return Verdict(
+                expected,
+                f"works ({obs.era})",
+                False,
+                f"works where the spec says it fails ({obs.evidence})",
+            )
+        return Verdict(expected, observed, True, obs.evidence)
+    return Verdict(expected, observed, False, f"ran a cell whose outcome is {want!r}")
+
+
+# -- the report ------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def _tally(observations: Sequence[Observation], via: Via) -> str:
+    group = [o for o in observations if o.run.via == via]
+    return f"{via} works {sum(o.ok for o in group)}/{len(group)}"
+
+
+def render_report(
+    matrix: Matrix,
+    observations: Sequence[Observation],
+    *,
+    only: str | None,
+    elapsed: float,
+    jobs: int,
+    ctx: Context,
+) -> str:
+    by_key = {(o.run.cell.id, o.run.pair, o.run.via): o for o in observations}
+    verdicts = {id(o): judge(o) for o in observations}
+    runs_planned = plan(matrix, only)
+    lines: list[str] = []
+    add = lines.append
+
+    add("# Compatibility matrix: real peers, direct and through the gateway")
+    add("")
+    add("Generated by `python compat_matrix/run.py`; do not edit by hand.")
+    add("Data: `compat_matrix/cells.toml`. Peers: `compat_matrix/peers/README.md`.")
+    add("")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    add(
+        f"- run: {stamp}, {elapsed:.0f} s wall clock, {jobs} parallel jobs, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+    )
+    add(f"- gateway: `{_md(matrix.gateway_command)}`")
+    add(f"- client timeout {ctx.client_timeout:g} s, hard timeout {ctx.hard_timeout:g} s per run")
+    if only:
+        add(f"- filtered with `--only {_md(only)}`: {len(runs_planned)} runs")
+    add("")
+
+    # summary
+    direct = [o for o in observations if o.run.via == "direct"]
+    through = [o for o in observations if o.run.via == "gateway"]
+    mismatches = [o for o in observations if not verdicts[id(o)].matched]
+    ready_cells = [c for c in matrix.cells if c.ready]
+    not_yet = [c for c in matrix.cells if not c.ready]
+    add("## Summary")
+    add("")
+    add("| | runs | works | fails | as expected | mismatches |")
+    add("|---|---|---|---|---|---|")
+    for label, group in (("direct", direct), ("through the gateway", through)):
+        works = sum(o.ok for o in group)
+        good = sum(verdicts[id(o)].matched for o in group)
+        add(
+            f"| {label} | {len(group)} | {works} | {len(group) - works} | {good} "
+            f"| {len(group) - good} |"
+        )
+    add("")
+    pairs = {(o.run.cell.id, o.run.pair) for o in observations}
+    add(
+        f"- matrix cells: {len(matrix.cells)} ({len(ready_cells)} ready, "
+        f"{len(not_yet)} not yet); peer pairs run: {len(pairs)}"
+    )
+    add(f"- result: **{'all as expected' if not mismatches else f'{len(mismatches)} mismatches'}**")
+    stragglers = [o for o in observations if o.leftovers]
+    if stragglers:
+        add(
+            f"- runs that left processes behind after the client exited "
+            f"(killed by run.py): {len(stragglers)}; see the end of this report"
+        )
+    add("")
+
+    # era-level view of the ready cells
+    add("## By era (stdio front x stdio back, basic)")
+    add("")
+    add(
+        "Each entry: spec's direct outcome, then observed direct and through-the-gateway "
+        "passes over the peer pairs run."
+    )
+    add("")
+    add("| client \\ server | " + " | ".join(ERAS) + " |")
+    add("|---|" + "---|" * len(ERAS))
+    for ce in ERAS:
+        row = [f"**{ce}**"]
+        for se in ERAS:
+            cell = matrix.cell(cell_id(ce, se, "stdio", "stdio", "basic"))
+            got = [o for o in observations if o.run.cell is cell]
+            if not got:
+                row.append(f"spec: {cell.direct}; not run")
+                continue
+            row.append(f"spec: {cell.direct}; " + "; ".join(_tally(got, via) for via in VIAS))
+        add("| " + " | ".join(row) + " |")
+    add("")
+
+    # the table
+    add("## Runs")
+    add("")
+    add(
+        "Observed eras are what the client reports; evidence is the negotiated "
+        "version (or the first line of the error). ✓ = as expected, ✗ = mismatch."
+    )
+    add("")
+    add(
+        "| cell | client | server | front→back | expected direct | observed direct "
+        "| expected gateway | observed gateway | time d/g (s) | evidence |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|")
+    seen_pairs: list[tuple[Cell, Peer, Peer]] = []
+    for obs in observations:
+        item = (obs.run.cell, obs.run.client, obs.run.server)
+        if item not in seen_pairs:
+            seen_pairs.append(item)
+    for cell, client, server in seen_pairs:
+        pair = f"{client.name}>{server.name}"
+        cols = [f"`{cell.id}`", client.name, server.name, f"{cell.front}→{cell.back}"]
+        evidence = []
+        times = []
+        for route in VIAS:
+            seen = by_key.get((cell.id, pair, route))
+            want, want_era = cell.expected(route)
+            cols.append(f"{want} ({want_era})" if want == "works" and want_era else want)
+            if seen is None:
+                cols.append("not run")
+                times.append("-")
+                continue
+            verdict = verdicts[id(seen)]
+            cols.append(f"{verdict.observed} {'✓' if verdict.matched else '✗'}")
+            times.append(f"{seen.duration:.1f}")
+            evidence.append(f"{route}: {verdict.reason}")
+        cols.append("/".join(times))
+        cols.append(_md("; ".join(evidence)))
+        add("| " + " | ".join(cols) + " |")
+    add("")
+
+    if mismatches:
+        add("## Mismatches")
+        add("")
+        for obs in mismatches:
+            add(f"- `{obs.run.key}`: {_md(verdicts[id(obs)].reason)}")
+            add(f"  - command: `{_md(shlex.join(obs.run.argv(ctx)))}`")
+            for line in obs.stderr_tail[-5:]:
+                add(f"  - stderr: `{_md(line[:200])}`")
+        add("")
+
+    # not yet
+    add("## Not yet runnable")
+    add("")
+    by_issue: Counter[str] = Counter(" + ".join(c.issues) for c in not_yet)
+    add(
+        "Cells the gateway must make work once their issue lands; run.py does not run them "
+        "yet. Counts: "
+        + ", ".join(f"{issue}: {n}" for issue, n in sorted(by_issue.items()))
+        + f" (total {len(not_yet)})."
+    )
+    add("")
+    add(
+        "| cell | client era | server era | front→back | feature | expected direct "
+        "| expected gateway | clients | servers | issue | note |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in not_yet:
+        gateway = f"{c.gateway} ({c.gateway_era})" if c.gateway_era else c.gateway
+        add(
+            f"| `{c.id}` | {c.client_era} | {c.server_era} | {c.front}→{c.back} | {c.feature} "
+            f"| {c.direct} | {gateway} | {', '.join(c.clients) or '-'} "
+            f"| {', '.join(c.servers) or '-'} | {', '.join(c.issues)} | {_md(c.note or '')} |"
+        )
+    add("")
+
+    # peers
+    add("## Peers")
+    add("")
+    add("| role | name | era | what | command |")
+    add("|---|---|---|---|---|")
+    for peer in [*matrix.clients.values(), *matrix.servers.values()]:
+        what = peer.label + (f" — **not run**: {peer.unused}" if peer.unused else "")
+        add(f"| {peer.role} | {peer.name} | {peer.era} | {_md(what)} | `{_md(peer.command)}` |")
+    add("")
+
+    if stragglers:
+        add("## Processes left behind")
+        add("")
+        add(
+            "After the client had exited, these runs still had processes tagged with "
+            "their run id; run.py killed them. This is not counted as a mismatch, but "
+            "it means a peer or the gateway did not exit when its client closed it."
+        )
+        add("")
+        for obs in stragglers:
+            add(f"- `{obs.run.key}`: {_md(', '.join(obs.leftovers))}")
+        add("")
+    return "\n".join(lines)
+
+
+# -- CLI ------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--only",
+        metavar="PATTERN",
+        help="run only runs whose `<cell id>:<client>><server>@<via>` matches "
+        "(glob if it has * ? [, else substring)",
+    )
+    parser.add_argument("--jobs", type=int, default=None, help="parallel runs (default 2)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_REPORT, help="report path")
+    parser.add_argument("--cells", type=Path, default=CELLS_FILE, help="matrix data")
+    parser.add_argument(
+        "--gateway",
+        metavar="TEMPLATE",
+        help="gateway command template with a {server} word (default from cells.toml)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the runs and exit")
+    args = parser.parse_args(argv)
+
+    try:
+        matrix = load_matrix(args.cells)
+    except MatrixError as exc:
+        print(f"run.py: bad matrix: {exc}", file=sys.stderr)
+        return 2
+    ctx = Context.for_matrix(matrix)
+    if args.gateway:
+        ctx = Context(
+            peers=ctx.peers,
+            client_timeout=ctx.client_timeout,
+            hard_timeout=ctx.hard_timeout,
+            gateway_command=args.gateway,
+        )
+    runs = plan(matrix, args.only)
+    if args.list:
+        with contextlib.suppress(BrokenPipeError):
+            print("\n".join(run.key for run in runs), flush=True)
+        return 0
+    missing = missing_peers(ctx.peers)
+    if missing:
+        print(f"run.py: peers missing ({', '.join(missing)}): {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"run.py: no run matches {args.only!r}", file=sys.stderr)
+        return 2
+    jobs = args.jobs or matrix.jobs
+
+    def progress(done: int, total: int, obs: Observation) -> None:
+        verdict = judge(obs)
+        mark = "ok " if verdict.matched else "BAD"
+        print(
+            f"[{done:3d}/{total}] {mark} {obs.run.key:<62} {verdict.observed:<15} "
+            f"{obs.duration:5.1f}s  {first_line(verdict.reason, 90)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    started = time.monotonic()
+    observations = run_many(runs, ctx, jobs=jobs, progress=progress)
+    elapsed = time.monotonic() - started
+    report = render_report(
+        matrix, observations, only=args.only, elapsed=elapsed, jobs=jobs, ctx=ctx
+    )
+    args.out.write_text(report + "\n")
+    bad = [o for o in observations if not judge(o).matched]
+    print(
+        f"run.py: {len(observations)} runs in {elapsed:.0f}s, {len(bad)} mismatches; "
+        f"wrote {args.out}",
+        file=sys.stderr,
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

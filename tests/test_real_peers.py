@@ -1,0 +1,222 @@
+"""Real third-party MCP peers through the gateway over stdio.
+
+Each test runs the fixture clients and servers of `compat_matrix/peers/` (real
+SDKs: mcp 1.30.0 / 2.3.0, TS SDK 1.32.2 server-everything, TS SDK 2.4.0) with
+`python -m gateway` in between, and, for the cells the spec says fail, also
+without it, so the test proves that the gateway is what makes them work.
+
+The runs go through `compat_matrix/run.py`'s runner (hard timeout, own process
+group, every spawned process reaped) and all run once per session, two at a
+time. The peers come from `bash peers/install.sh`; when they are missing the
+tests FAIL (CI installs them first), they are never skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from compat_matrix.run import (
+    INSTALL_HINT,
+    Context,
+    Observation,
+    Via,
+    find_run,
+    judge,
+    load_matrix,
+    missing_peers,
+    peers_dir,
+    run_many,
+)
+
+pytestmark = pytest.mark.peers
+
+MODERN = "2026-07-28"
+
+# (client, server) pairs of compat_matrix/cells.toml and the routes to run.
+GATEWAY_PAIRS: list[tuple[str, str]] = [
+    ("raw-modern", "py1"),  # modern -> mcp 1.30.0 FastMCP
+    ("raw-modern", "everything"),  # modern -> TS 1.x server-everything
+    ("py1", "py2-modern"),  # mcp 1.30.0 ClientSession -> modern-only mcp 2.3.0
+    ("py1", "ts2-modern"),  # mcp 1.30.0 ClientSession -> modern-only TS 2.x
+    ("py2-auto", "py1"),  # dual -> legacy: must stay modern
+    ("py1", "py1"),  # same era: legacy -> legacy
+    ("raw-modern", "py2-modern"),  # same era: modern -> modern
+    ("py2-auto", "py2-dual"),  # dual -> dual: stays modern
+]
+# Direct counterparts of the cells the spec says fail, plus dual -> legacy
+# direct (works, but only as legacy: the gateway is what keeps it modern).
+DIRECT_FAILS: list[tuple[str, str, str]] = [
+    ("raw-modern", "py1", "-32602"),  # 1.x: any request before initialize
+    ("raw-modern", "everything", "-32601"),  # server/discover is unknown
+    ("py1", "py2-modern", "-32022"),  # initialize refused, data.supported
+    ("py1", "ts2-modern", "-32022"),
+]
+DIRECT_OTHER: list[tuple[str, str]] = [("py2-auto", "py1")]
+
+Key = tuple[str, str, Via]
+
+
+@dataclass
+class PeerRuns:
+    """All observations of this module, or why there are none."""
+
+    results: dict[Key, Observation]
+    problem: str | None = None
+
+    def get(self, client: str, server: str, via: Via) -> Observation:
+        if self.problem is not None:
+            pytest.fail(self.problem, pytrace=False)
+        return self.results[(client, server, via)]
+
+
+@pytest.fixture(scope="session")
+def peer_runs() -> Iterator[PeerRuns]:
+    missing = missing_peers()
+    if missing:
+        yield PeerRuns(
+            {},
+            f"the real MCP peers are not installed in {peers_dir()} "
+            f"(missing: {', '.join(missing)}): {INSTALL_HINT}",
+        )
+        return
+    matrix = load_matrix()
+    wanted: list[Key] = [(c, s, "gateway") for c, s in GATEWAY_PAIRS]
+    wanted += [(c, s, "direct") for c, s, _ in DIRECT_FAILS]
+    wanted += [(c, s, "direct") for c, s in DIRECT_OTHER]
+    runs = [find_run(matrix, c, s, via) for c, s, via in wanted]
+    observations = run_many(runs, Context.for_matrix(matrix), jobs=2)
+    yield PeerRuns({(o.run.client.name, o.run.server.name, o.run.via): o for o in observations})
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def explain(obs: Observation) -> str:
+    tail = "\n    ".join(obs.stderr_tail[-8:])
+    return f"{obs.run.key}: {obs.evidence}\n  report: {obs.report}\n  stderr:\n    {tail}"
+
+
+def step(obs: Observation, name: str) -> dict[str, Any]:
+    assert obs.report is not None, explain(obs)
+    for item in obs.report.get("steps") or []:
+        if item.get("step") == name:
+            return dict(item)
+    raise AssertionError(f"no step {name!r} in {explain(obs)}")
+
+
+def works(obs: Observation, era: str) -> None:
+    assert obs.ok, explain(obs)
+    assert obs.era == era, explain(obs)
+    assert judge(obs).matched, judge(obs).reason
+
+
+def tools(obs: Observation) -> set[str]:
+    return set(step(obs, "tools/list")["tools"])
+
+
+def server_name(obs: Observation, first_step: str) -> str:
+    return str(step(obs, first_step)["serverInfo"]["name"])
+
+
+# -- modern client -> legacy servers ------------------------------------------------
+
+
+def test_modern_client_reaches_py1_fastmcp(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("raw-modern", "py1", "gateway")
+    works(obs, "modern")
+    assert MODERN in step(obs, "server/discover")["supportedVersions"]
+    assert step(obs, "tools/call echo")["resultType"] == "complete"
+    assert {"echo", "add", "ask_name", "summarize"} <= tools(obs)  # the py1 fixture's tools
+
+
+def test_modern_client_reaches_ts1_server_everything(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("raw-modern", "everything", "gateway")
+    works(obs, "modern")
+    assert step(obs, "tools/list")["resultType"] == "complete"
+    assert "get-sum" in tools(obs)
+    assert step(obs, "echo text")["text"].startswith("Echo: ")  # server-everything's echo
+
+
+# -- legacy client -> modern-only servers -------------------------------------------
+
+
+def test_legacy_client_reaches_modern_only_py2(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("py1", "py2-modern", "gateway")
+    works(obs, "legacy")
+    assert step(obs, "initialize")["protocolVersion"] != MODERN
+    assert server_name(obs, "initialize") == "py2-fixture"
+    assert step(obs, "tools/call add")["structuredContent"] == {"result": 5}
+
+
+def test_legacy_client_reaches_modern_only_ts2(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("py1", "ts2-modern", "gateway")
+    works(obs, "legacy")
+    assert step(obs, "initialize")["protocolVersion"] != MODERN
+    assert server_name(obs, "initialize") == "ts2-fixture"
+    assert step(obs, "tools/call echo")["ok"]
+
+
+# -- dual client -> legacy server stays modern -------------------------------------
+
+
+def test_dual_client_reaches_legacy_server_and_stays_modern(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("py2-auto", "py1", "gateway")
+    works(obs, "modern")
+    connect = step(obs, "connect")
+    assert connect["protocolVersion"] == MODERN
+    assert connect["via"] == "server/discover"
+    assert connect["serverInfo"]["name"] == "py1-fixture"
+    # Without the gateway the same client falls back to legacy.
+    direct = peer_runs.get("py2-auto", "py1", "direct")
+    works(direct, "legacy")
+    assert step(direct, "connect")["via"] == "initialize"
+
+
+# -- same era still works ---------------------------------------------------------
+
+
+def test_legacy_to_legacy_still_works(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("py1", "py1", "gateway")
+    works(obs, "legacy")
+    assert server_name(obs, "initialize") == "py1-fixture"
+
+
+def test_modern_to_modern_still_works(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("raw-modern", "py2-modern", "gateway")
+    works(obs, "modern")
+    assert step(obs, "tools/call echo")["resultType"] == "complete"
+
+
+def test_dual_client_to_dual_server_stays_modern(peer_runs: PeerRuns) -> None:
+    obs = peer_runs.get("py2-auto", "py2-dual", "gateway")
+    works(obs, "modern")
+    assert step(obs, "connect")["protocolVersion"] == MODERN
+    assert server_name(obs, "connect") == "py2-fixture"
+
+
+# -- the failing cells really fail without the gateway ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("client", "server", "code"), DIRECT_FAILS, ids=[f"{c}>{s}" for c, s, _ in DIRECT_FAILS]
+)
+def test_direct_counterpart_fails(peer_runs: PeerRuns, client: str, server: str, code: str) -> None:
+    obs = peer_runs.get(client, server, "direct")
+    assert not obs.ok, f"works without the gateway: {explain(obs)}"
+    assert not obs.timed_out, explain(obs)
+    assert code in (obs.error or ""), explain(obs)
+    assert judge(obs).matched, judge(obs).reason
+    # ... and the same pair works through the gateway.
+    assert peer_runs.get(client, server, "gateway").ok
+
+
+def test_matrix_data_is_consistent() -> None:
+    matrix = load_matrix()
+    ready = [c for c in matrix.cells if c.ready]
+    assert len(matrix.cells) == 3 * 3 * 2 * 2 * 6
+    assert {(c.front, c.back, c.feature) for c in ready} == {("stdio", "stdio", "basic")}
+    assert len(ready) == 9
