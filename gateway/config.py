@@ -32,7 +32,11 @@ class Config:
     probe_timeout: float = 5.0
     startup_timeout: float = 30.0
     request_timeout: float = 120.0
-    shutdown_grace: float = 5.0
+    shutdown_grace: float = 5.0  # to drain in-flight calls at shutdown
+    # After closing the upstream's stdin, how long before SIGTERM (and again
+    # before SIGKILL). Short by default: MCP clients give their server about
+    # 2 s between closing its stdin and SIGTERM.
+    upstream_exit_grace: float = 1.5
     restart_backoff_initial: float = 0.25
     restart_backoff_max: float = 10.0
     max_message_bytes: int = 4 * 1024 * 1024
@@ -81,7 +85,13 @@ class Config:
             )
         if self.max_sessions < 1:
             raise ConfigError("max_sessions must be at least 1")
-        for name in ("probe_timeout", "startup_timeout", "request_timeout", "shutdown_grace"):
+        for name in (
+            "probe_timeout",
+            "startup_timeout",
+            "request_timeout",
+            "shutdown_grace",
+            "upstream_exit_grace",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         if self.state_ttl <= 0 or self.max_rounds < 1 or self.max_parked_calls < 1:
@@ -113,6 +123,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("gateway", "shutdown_grace"): "shutdown_grace",
     ("upstream", "command"): "command",
     ("upstream", "cwd"): "cwd",
+    ("upstream", "exit_grace"): "upstream_exit_grace",
     ("upstream", "env"): "env",
     ("upstream", "era"): "upstream_era",
     ("upstream", "client_info"): "client_info",

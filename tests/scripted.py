@@ -78,6 +78,9 @@ class ScriptedServer:
     async def pump_stderr(self) -> None:
         return None
 
+    def terminate(self) -> None:
+        self.die()
+
     async def aclose(self, grace: float = 5.0) -> int | None:
         self.closed = True
         self._in_send.close()

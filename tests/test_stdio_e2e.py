@@ -210,3 +210,33 @@ async def test_demo_runs_and_shows_both_sides() -> None:
         "-32602",
     ):
         assert marker in out
+
+
+@pytest.mark.parametrize("flag", ["--stubborn", "--very-stubborn"])
+async def test_a_server_that_will_not_exit_is_terminated_then_killed(flag: str) -> None:
+    async with gateway(server=[*FLAKY, flag]) as gw:
+        await gw.call(1, "tools/call", {"name": "echo"})
+        (child,) = gw.children()
+        stdin = gw.process.stdin
+        assert stdin is not None
+        started = anyio.current_time()
+        await stdin.aclose()
+        with anyio.fail_after(10):
+            assert await gw.process.wait() == 0
+        # Well inside the ~4 s an MCP client gives its server before SIGKILL.
+        assert anyio.current_time() - started < 4
+        await wait_gone(child)
+
+
+async def test_a_signal_during_shutdown_stops_the_server_at_once() -> None:
+    async with gateway("--log-level", "info", server=[*FLAKY, "--stubborn"]) as gw:
+        await gw.call(1, "tools/call", {"name": "echo"})
+        (child,) = gw.children()
+        gw.process.send_signal(signal.SIGTERM)
+        await anyio.sleep(0.2)
+        started = anyio.current_time()
+        gw.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(10):
+            assert await gw.process.wait() == 0
+        assert anyio.current_time() - started < 1.0
+        await wait_gone(child)

@@ -160,6 +160,11 @@ class StdioServerProcess:
         log.info("upstream stopped", pid=self.pid, returncode=process.returncode)
         return process.returncode
 
+    def terminate(self) -> None:
+        """SIGTERM now, without waiting for the server to notice its closed stdin."""
+        if self._process.returncode is None:
+            self._signal(signal.SIGTERM)
+
     def _signal(self, sig: signal.Signals) -> None:
         # The server runs in its own session: signal the whole group so that
         # its children (e.g. `npx` wrappers) go too.

@@ -25,18 +25,48 @@ async def serve_stdio(config: Config, in_fd: int = 0, out_fd: int = 1) -> int:
     service = GatewayService(config)
     link = ClientLink(send=front.send)
     service.links.add(link)
+    stopping = _Stopping(service)
     async with anyio.create_task_group() as root:
         root.start_soon(service.start, root)
+        root.start_soon(stopping.watch_signals)
         async with anyio.create_task_group() as requests:
-            with anyio.CancelScope() as reading:
-                root.start_soon(_stop_on_signal, reading)
+            with stopping.reading:
                 await _read_loop(front, service, link, requests)
-            await _drain(link, config.shutdown_grace)
+            stopping.begin()
+            await _drain(link, config.shutdown_grace, stopping.hurry)
             requests.cancel_scope.cancel()
         await service.aclose()
         root.cancel_scope.cancel()
     log.info("gateway stopped")
     return 0
+
+
+class _Stopping:
+    """Shutdown's two speeds: the first SIGTERM/SIGINT (or the end of stdin)
+    starts an orderly stop; a signal after that makes it immediate, because the
+    client is about to escalate to SIGKILL, which would orphan the upstream."""
+
+    def __init__(self, service: GatewayService) -> None:
+        self.service = service
+        self.reading = anyio.CancelScope()
+        self.hurry = anyio.Event()
+        self.started = False
+
+    def begin(self) -> None:
+        self.started = True
+
+    async def watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not self.started:
+                    log.info("signal received; shutting down", signal=name)
+                    self.started = True
+                    self.reading.cancel()
+                else:
+                    log.warning("signal during shutdown; stopping the upstream now", signal=name)
+                    self.hurry.set()
+                    self.service.pool.hurry()
 
 
 async def _read_loop(
@@ -60,20 +90,20 @@ async def _read_loop(
             return
 
 
-async def _stop_on_signal(reading: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("signal received; shutting down", signal=signal.Signals(signum).name)
-            reading.cancel()
-            return
-
-
-async def _drain(link: ClientLink, grace: float) -> None:
+async def _drain(link: ClientLink, grace: float, hurry: anyio.Event) -> None:
+    """Wait for in-flight calls to finish, for at most `grace`, or until told to hurry."""
     link.drained = anyio.Event()
-    with anyio.move_on_after(grace) as scope:
-        if link.inflight:
-            await link.drained.wait()
-    if scope.cancelled_caught:
+    with anyio.move_on_after(grace):
+        async with anyio.create_task_group() as tg:
+
+            async def until(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            if link.inflight:
+                tg.start_soon(until, hurry)
+                tg.start_soon(until, link.drained)
+    if link.inflight:
         log.warning("calls still running at shutdown were abandoned", count=len(link.inflight))
         for msg_id in list(link.inflight):
             try:

@@ -46,6 +46,7 @@ class ServerConnection(Protocol):
     async def receive(self) -> wire.Message: ...
     async def pump_stderr(self) -> None: ...
     async def aclose(self, grace: float = ...) -> int | None: ...
+    def terminate(self) -> None: ...
 
 
 Connector = Callable[[], Awaitable[ServerConnection]]
@@ -86,6 +87,8 @@ class UpstreamPool:
         self._failure: str | None = None
         self._crashes = 0
         self._last_crash = 0.0
+        self._closing: list[ServerConnection] = []
+        self._hurried = False
         self.restarts = 0
 
     # -- lifecycle -------------------------------------------------------
@@ -109,14 +112,26 @@ class UpstreamPool:
         return self.profile
 
     async def aclose(self) -> None:
+        """Stop every upstream: close its stdin, wait `exit_grace`, then
+        SIGTERM, then SIGKILL (2026-07-28 stdio "Shutdown")."""
         sessions = list(self._processes.items())
         self._processes.clear()
         self.sessions.clear()
+        self._closing = [process for _, process in sessions]
+        if self._hurried:
+            self.hurry()
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for session, process in sessions:
                     session.close("gateway shutting down")
-                    tg.start_soon(process.aclose, self.config.shutdown_grace)
+                    tg.start_soon(process.aclose, self.config.upstream_exit_grace)
+
+    def hurry(self) -> None:
+        """Shutdown must finish now (a second signal): terminate the upstreams
+        without waiting for them to notice their closed stdin."""
+        self._hurried = True
+        for process in [*self._closing, *self._processes.values()]:
+            process.terminate()
 
     # -- choosing a session ----------------------------------------------
     def _default_key(self, principal: str) -> SessionKey:

@@ -3,8 +3,14 @@ and take its time, on request."""
 
 import json
 import os
+import signal
 import sys
 import time
+
+# --stubborn: outlive the end of stdin; --very-stubborn: ignore SIGTERM too.
+STUBBORN = "--stubborn" in sys.argv or "--very-stubborn" in sys.argv
+if "--very-stubborn" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def send(msg: dict) -> None:
@@ -46,3 +52,6 @@ for line in sys.stdin:
         )
     else:
         send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": method}})
+
+if STUBBORN:
+    time.sleep(3600)
