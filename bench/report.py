@@ -1,0 +1,165 @@
+"""Numbers → tables: per-run figures, per-group ratios against the baselines, goals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.client import LoadResult
+from bench.setups import ROOT, Group, Run
+
+CONCURRENCIES = (1, 8, 32)
+LATENCY_GOAL = 1.5  # gateway added p50 ≤ 1.5 x relay added p50
+RELAY_TPUT_GOAL = 0.6  # gateway/relay requests/s at c=32
+REAL_TPUT_GOAL = 0.9  # gateway/direct requests/s at c=32, real SDK server
+
+
+@dataclass(slots=True)
+class Measured:
+    run: Run
+    latency: LoadResult  # c=1, every process pinned to one CPU
+    loads: dict[int, LoadResult]  # by concurrency, both CPUs
+    rss_kib: int | None
+    children_rss_kib: int | None
+    cpu_us: float  # CPU µs per request of the process at c=32
+    children_cpu_us: float  # ... and of its descendants together
+
+    def pct_us(self, q: float, pinned: bool = True) -> float:
+        lat = sorted((self.latency if pinned else self.loads[1]).latencies_ns)
+        return lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
+
+    def rps(self, c: int) -> float:
+        return self.loads[c].rps
+
+
+def _mib(kib: int | None) -> str:
+    return "-" if kib is None else f"{kib / 1024:.1f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def runs_table(measured: list[Measured]) -> str:
+    headers = ["run", "path", "p50 µs", "p99 µs", "p50 µs 2 CPUs"]
+    headers += [f"req/s c={c}" for c in CONCURRENCIES]
+    headers += ["CPU µs/req c=32", "children CPU", "peak RSS MiB", "children MiB"]
+    rows = [
+        [
+            m.run.key,
+            m.run.label,
+            f"{m.pct_us(0.5):.0f}",
+            f"{m.pct_us(0.99):.0f}",
+            f"{m.pct_us(0.5, pinned=False):.0f}",
+            *(f"{m.rps(c):,.0f}" for c in CONCURRENCIES),
+            f"{m.cpu_us:.0f}",
+            f"{m.children_cpu_us:.0f}" if m.children_rss_kib is not None else "-",
+            _mib(m.rss_kib),
+            _mib(m.children_rss_kib),
+        ]
+        for m in measured
+    ]
+    return _table(headers, rows)
+
+
+def _ok(met: bool) -> str:
+    return "✅ met" if met else "❌ missed"
+
+
+def ratios_table(groups: list[Group], by_key: dict[str, Measured]) -> tuple[str, list[str]]:
+    """The ratio table and one line per goal verdict."""
+    headers = ["path", "added p50 µs gateway", "added p50 µs relay", "gw/relay added"]
+    headers += ["gw/relay req/s c=32", "gw/direct req/s c=1", "c=8", "c=32"]
+    rows: list[list[str]] = []
+    verdicts: list[str] = []
+    for g in groups:
+        d, r, w = by_key[g.direct.key], by_key[g.relay.key], by_key[g.gateway.key]
+        gw_added = w.pct_us(0.5) - d.pct_us(0.5)
+        relay_added = r.pct_us(0.5) - d.pct_us(0.5)
+        lat_ratio = gw_added / relay_added if relay_added > 0 else float("nan")
+        vs_relay = w.rps(32) / r.rps(32)
+        vs_direct = {c: w.rps(c) / d.rps(c) for c in CONCURRENCIES}
+        rows.append(
+            [
+                g.title,
+                f"{gw_added:.0f}",
+                f"{relay_added:.0f}",
+                f"{lat_ratio:.2f}x",
+                f"{vs_relay:.2f}",
+                *(f"{vs_direct[c]:.2f}" for c in CONCURRENCIES),
+            ]
+        )
+        if relay_added > 0:
+            verdicts.append(
+                f"{g.title}: added p50 {lat_ratio:.3f}x relay's (goal ≤ {LATENCY_GOAL}) "
+                f"{_ok(lat_ratio <= LATENCY_GOAL)}"
+            )
+        else:
+            verdicts.append(f"{g.title}: relay added no measurable latency; ratio not defined")
+        if g.real_server:
+            verdicts.append(
+                f"{g.title}: throughput c=32 gateway/direct {vs_direct[32]:.3f} "
+                f"(goal ≥ {REAL_TPUT_GOAL}) {_ok(vs_direct[32] >= REAL_TPUT_GOAL)}"
+            )
+        else:
+            verdicts.append(
+                f"{g.title}: throughput c=32 gateway/relay {vs_relay:.3f} "
+                f"(goal ≥ {RELAY_TPUT_GOAL}) {_ok(vs_relay >= RELAY_TPUT_GOAL)}"
+            )
+    return _table(headers, rows), verdicts
+
+
+def machine_info(load_at_start: float) -> dict[str, str]:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(
+                ["git", *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=10
+            )
+            return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "?"
+
+    dirty = " (gateway/ has uncommitted changes)" if git("status", "--porcelain", "gateway") else ""
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": f"{os.cpu_count()} (usable: {len(os.sched_getaffinity(0))})",
+        "cpu": model,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "os": platform.platform(),
+        "commit": git("rev-parse", "--short", "HEAD") + dirty,
+        # Other work on the machine skews every figure; the 1-minute load says how much.
+        "load average": f"{load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end (1 min)",
+    }
+
+
+def markdown(
+    info: dict[str, str], settings: str, runs: str, ratios: str, verdicts: list[str]
+) -> str:
+    head = "\n".join(f"- **{k}**: {v}" for k, v in info.items())
+    goals = "\n".join(f"- {v}" for v in verdicts)
+    return (
+        "# mcp-era-gateway benchmark results\n\n"
+        f"{head}\n- **settings**: {settings}\n\n"
+        "Generated by `python -m bench.run`; see bench/README.md for what each number means.\n\n"
+        f"## Runs\n\n{runs}\n\n## Ratios against the baselines\n\n{ratios}\n\n"
+        f"## Goals\n\n{goals}\n"
+    )

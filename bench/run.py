@@ -1,0 +1,177 @@
+"""Benchmark the gateway against a direct connection and a bare relay, in one run.
+
+    python -m bench.run [--quick] [--out bench/RESULTS.md] [--requests N]
+
+Not a test: pytest never collects it. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import procs, report, setups
+from bench.client import BenchError, Connection, LoadResult, spawn
+
+GROUP_CODES = ("ml", "ll", "lm", "mm", "py1")
+LIVE: set[Connection] = set()
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="short phases (whole run < ~40 s)")
+    p.add_argument(
+        "--out",
+        default=str(setups.ROOT / "bench" / "RESULTS.md"),
+        help="markdown report path ('' to skip; default bench/RESULTS.md)",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        metavar="N",
+        default=0,
+        help="stop each measurement phase after N replies (default: time-bound only)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        metavar="S",
+        help="length of each measurement phase (default 2.5, quick 0.5)",
+    )
+    p.add_argument(
+        "--groups",
+        default=",".join(GROUP_CODES),
+        help=f"comma list of {', '.join(GROUP_CODES)} (default all)",
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run the gateway under cProfile, writing DIR/gateway-<run>.prof",
+    )
+    return p.parse_args(argv)
+
+
+async def _phase(conn: Connection, c: int, seconds: float, cap: int) -> LoadResult:
+    result = await conn.load(c, seconds, cap or 10**9)
+    if result.errors or conn.bad_lines:
+        raise BenchError(
+            f"{conn.name}: {result.errors} error replies, {conn.bad_lines} bad lines at c={c};"
+            f" first: {result.first_error}"
+        )
+    return result
+
+
+async def measure(
+    run: setups.Run, seconds: float, warmup: float, cap: int, logdir: Path
+) -> report.Measured:
+    with (logdir / f"{run.key}.stderr").open("wb") as stderr:
+        conn = await spawn(run.key, list(run.command), run.client_era, stderr, str(setups.ROOT))
+    LIVE.add(conn)
+    try:
+        await conn.handshake(timeout=60.0)
+        await _phase(conn, max(report.CONCURRENCIES), warmup, 0)  # warm caches and code paths
+        # Latency with every process on one CPU: on 2 cores an unpinned ping-pong is
+        # bimodal (same-CPU vs cross-CPU wake-ups), which would swamp a hop's cost.
+        with conn.pinned({max(os.sched_getaffinity(0))}):
+            await _phase(conn, 1, warmup / 3, 0)
+            latency = await _phase(conn, 1, seconds, cap)
+        loads = {c: await _phase(conn, c, seconds, cap) for c in report.CONCURRENCIES[:-1]}
+        # CPU per request at the top concurrency: stable where req/s is noisy on 2 cores.
+        pids = [conn.pid, *conn.tree()]
+        before = [procs.cpu_seconds(pid) or 0.0 for pid in pids]
+        top = report.CONCURRENCIES[-1]
+        loads[top] = await _phase(conn, top, seconds, cap)
+        used = [(procs.cpu_seconds(pid) or b) - b for pid, b in zip(pids, before, strict=True)]
+        cpu_us = [u / loads[top].replies * 1e6 for u in used]
+        rss = procs.vm_hwm_kib(conn.pid)
+        kids = [procs.vm_hwm_kib(pid) for pid in conn.tree()]
+        children = sum(k for k in kids if k is not None) if kids else None
+        return report.Measured(run, latency, loads, rss, children, cpu_us[0], sum(cpu_us[1:]))
+    finally:
+        await conn.close()
+        LIVE.discard(conn)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    seconds = args.seconds or (0.5 if args.quick else 2.5)
+    warmup = 0.3 if args.quick else 1.0
+    if args.requests < 0 or (args.seconds is not None and args.seconds <= 0):
+        print("--requests and --seconds must be positive", file=sys.stderr)
+        return 2
+    wanted = {c.strip() for c in args.groups.split(",") if c.strip()}
+    if not wanted <= set(GROUP_CODES):
+        print(f"unknown --groups {sorted(wanted - set(GROUP_CODES))}", file=sys.stderr)
+        return 2
+    py1_why = setups.py1_missing() if "py1" in wanted else None
+    if py1_why:
+        print(f"skipping the real SDK server: {py1_why}", file=sys.stderr)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    groups = [g for g in setups.groups(not py1_why, args.profile) if g.code in wanted]
+    measured: dict[str, report.Measured] = {}
+    started, load_at_start = time.monotonic(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-logs-") as tmp:
+        for run in setups.runs_in_order(groups):
+            print(f"… {run.key:<10} {run.label}", file=sys.stderr, flush=True)
+            try:
+                measured[run.key] = await measure(run, seconds, warmup, args.requests, Path(tmp))
+            except BenchError as exc:
+                log = Path(tmp) / f"{run.key}.stderr"
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                print(f"FAILED: {exc}\n--- stderr of {run.key} ---\n{tail}", file=sys.stderr)
+                return 1
+    elapsed = time.monotonic() - started
+    runs = report.runs_table(list(measured.values()))
+    ratios, verdicts = report.ratios_table(groups, measured)
+    settings = (
+        f"{seconds:g} s per phase after {warmup:g} s warm-up"
+        + (f", at most {args.requests} replies per phase" if args.requests else "")
+        + (", gateway under cProfile" if args.profile else "")
+        + f"; whole run {elapsed:.0f} s"
+    )
+    info = report.machine_info(load_at_start)
+    print("\n" + runs + "\n\n" + ratios + "\n\n" + "\n".join(verdicts))
+    print(f"\n{info['date']} · nproc {info['nproc']} · {info['python']} · {settings}", flush=True)
+    if args.out:
+        text = report.markdown(info, settings, runs, ratios, verdicts)
+        Path(args.out).write_text(text)  # noqa: ASYNC240 (the run is over)
+        print(f"written to {args.out}", file=sys.stderr)
+    return 0
+
+
+async def _guarded(args: argparse.Namespace) -> int:
+    task = asyncio.current_task()
+    assert task is not None
+    # SIGTERM unwinds like Ctrl-C: every measurement's `finally` closes its processes.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await amain(args)
+    finally:
+        for conn in list(LIVE):
+            await conn.close(grace=2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        return asyncio.run(_guarded(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        for conn in list(LIVE):  # only if the event loop could not close them
+            conn.kill_now()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
