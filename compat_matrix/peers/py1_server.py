@@ -13,6 +13,7 @@ server-to-client pushes (elicitation, sampling, roots) that become MRTR
 from __future__ import annotations
 
 from typing import Any
+from uuid import uuid4
 
 import anyio
 from mcp.server.fastmcp import Context, FastMCP
@@ -82,6 +83,21 @@ async def ask_name(ctx: Ctx) -> str:
     if answer.action != "accept":
         return f"No name given ({answer.action})"
     return f"Hello, {answer.data.name}"
+
+
+# Where `open_link` sends the user; the clients only check that it round-trips.
+LINK_URL = "https://example.com/compat/authorize"
+
+
+@mcp.tool()
+async def open_link(ctx: Ctx) -> str:
+    """Ask the client to open a URL (URL-mode elicitation/create push, 2025-11-25);
+    on accept, also send notifications/elicitation/complete."""
+    elicitation_id = uuid4().hex
+    answer = await ctx.elicit_url("Please open the link to continue.", LINK_URL, elicitation_id)
+    if answer.action == "accept":
+        await ctx.session.send_elicit_complete(elicitation_id, related_request_id=ctx.request_id)
+    return f"URL elicitation: {answer.action}"
 
 
 @mcp.tool()

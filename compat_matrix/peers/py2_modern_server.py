@@ -30,26 +30,33 @@ import warnings
 from importlib.metadata import version
 from types import TracebackType
 from typing import Annotated, Any, Self
+from uuid import uuid4
 
 import anyio
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.shared._stream_protocols import ReadStream, WriteStream
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     PROTOCOL_VERSION_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
     CreateMessageResult,
+    ElicitRequest,
+    ElicitRequestURLParams,
+    ElicitResult,
     ErrorData,
+    InputRequiredResult,
     JSONRPCError,
     JSONRPCRequest,
     ListRootsResult,
     SamplingMessage,
     TextContent,
 )
+from mcp_types.version import is_version_at_least
 from pydantic import BaseModel
 
 SUPPORTED_VERSIONS = ["2026-07-28"]
@@ -149,6 +156,37 @@ async def summarize(
 async def list_my_roots(roots: Annotated[ListRootsResult, Resolve(_roots)]) -> str:
     """Return the client's root URIs joined by newline."""
     return "\n".join(str(root.uri) for root in roots.roots)
+
+
+# Where `open_link` sends the user; the clients only check that it round-trips.
+LINK_URL = "https://example.com/compat/authorize"
+LINK_KEY = "open_link"
+
+
+@mcp.tool()
+async def open_link(ctx: Context) -> str | InputRequiredResult:
+    """Ask the client to open a URL (URL-mode elicitation; MRTR on modern, push on legacy)."""
+    # Resolve(...) markers only do form elicitation, so this tool drives both eras by hand.
+    message = "Please open the link to continue."
+    if not is_version_at_least(ctx.protocol_version or "2025-11-25", "2026-07-28"):
+        elicitation_id = uuid4().hex
+        pushed = await ctx.elicit_url(message, LINK_URL, elicitation_id)
+        if pushed.action == "accept":
+            await ctx.session.send_elicit_complete(elicitation_id, ctx.request_id)
+        return f"URL elicitation: {pushed.action}"
+    answer = (ctx.input_responses or {}).get(LINK_KEY)
+    if isinstance(answer, ElicitResult):
+        return f"URL elicitation: {answer.action}"
+    elicitation = ctx.client_capabilities.elicitation if ctx.client_capabilities else None
+    if elicitation is None or elicitation.url is None:
+        raise MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message="Client did not declare the url elicitation capability required by open_link",
+            data={"requiredCapabilities": {"elicitation": {"url": {}}}},
+        )
+    # 2026-07-28 URL mode has no elicitationId: the key alone correlates the retry.
+    request = ElicitRequest(params=ElicitRequestURLParams(message=message, url=LINK_URL))
+    return InputRequiredResult(input_requests={LINK_KEY: request})
 
 
 @mcp.resource("notes://index")

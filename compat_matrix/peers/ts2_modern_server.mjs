@@ -17,7 +17,7 @@ const peersNode = process.env.MCP_PEERS_DIR
     : join(here, '..', '..', '.peers', 'node');
 const require = createRequire(join(peersNode, 'package.json'));
 
-const { McpServer } = require('@modelcontextprotocol/server');
+const { McpServer, inputRequired, inputResponse } = require('@modelcontextprotocol/server');
 const { serveStdio } = require('@modelcontextprotocol/server/stdio');
 const { z } = require('zod');
 
@@ -63,6 +63,71 @@ function createServer() {
         content: [{ type: 'text', text: 'intentional failure' }],
         isError: true
     }));
+
+    // Multi round-trip tools, same names and answers as the Python fixtures. Each
+    // returns inputRequired(...) until the retry carries its answer; on a legacy
+    // connection (--dual) the SDK's shim pushes the embedded requests instead.
+    // A handler registered without inputSchema gets only ctx.
+    const text = t => ({ content: [{ type: 'text', text: t }] });
+
+    server.registerTool(
+        'ask_name',
+        { description: 'Ask the client for a name (form elicitation), then "Hello, <name>".' },
+        async ctx => {
+            const answer = inputResponse(ctx.mcpReq.inputResponses, 'name');
+            if (answer.kind === 'elicit') {
+                const name = answer.content?.name;
+                return answer.action === 'accept' && typeof name === 'string'
+                    ? text(`Hello, ${name}`)
+                    : text(`No name given (${answer.action})`);
+            }
+            const requestedSchema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
+            return inputRequired({
+                inputRequests: { name: inputRequired.elicit({ message: 'What is your name?', requestedSchema }) }
+            });
+        }
+    );
+
+    server.registerTool(
+        'open_link',
+        { description: 'Ask the client to open a URL (URL-mode elicitation).' },
+        async ctx => {
+            const answer = inputResponse(ctx.mcpReq.inputResponses, 'link');
+            if (answer.kind === 'elicit') return text(`URL elicitation: ${answer.action}`);
+            return inputRequired({
+                inputRequests: {
+                    link: inputRequired.elicitUrl({
+                        message: 'Please open the link to continue.',
+                        url: 'https://example.com/compat/authorize'
+                    })
+                }
+            });
+        }
+    );
+
+    server.registerTool(
+        'summarize',
+        { description: "Ask the client's LLM to summarize text (sampling).", inputSchema: z.object({ text: z.string() }) },
+        async ({ text: input }, ctx) => {
+            const answer = inputResponse(ctx.mcpReq.inputResponses, 'summary');
+            if (answer.kind === 'sampling') {
+                const content = answer.result.content;
+                return text(content?.type === 'text' ? content.text : JSON.stringify(content));
+            }
+            const messages = [{ role: 'user', content: { type: 'text', text: `Summarize: ${input}` } }];
+            return inputRequired({ inputRequests: { summary: inputRequired.createMessage({ messages, maxTokens: 100 }) } });
+        }
+    );
+
+    server.registerTool(
+        'list_my_roots',
+        { description: "Return the client's root URIs joined by newline (roots)." },
+        async ctx => {
+            const answer = inputResponse(ctx.mcpReq.inputResponses, 'roots');
+            if (answer.kind === 'roots') return text(answer.roots.map(r => r.uri).join('\n'));
+            return inputRequired({ inputRequests: { roots: inputRequired.listRoots() } });
+        }
+    );
 
     return server;
 }

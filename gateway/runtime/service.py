@@ -193,7 +193,11 @@ class GatewayService:
             or decision.method in _NO_SERVER_REQUESTS
         ):
             return await self._forward(link, decision, session)
-        exclusive = link.session is not None and any(map(link.declared, FEATURES))
+        # A legacy client gets the server's requests forwarded as they come, so it
+        # needs the session to itself only when another client could claim them.
+        exclusive = (
+            link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES))
+        )
         with anyio.fail_after(self.config.request_timeout):
             if exclusive:
                 await lease.acquire_exclusive(link)
