@@ -1,0 +1,1 @@
+"""Official MCP conformance suite (server mode): fixture servers, runner, baseline."""

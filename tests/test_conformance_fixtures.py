@@ -1,0 +1,125 @@
+"""The conformance-suite fixtures and runner (compat_matrix/conformance/).
+
+The summary logic is tested on synthetic suite output. The `peers` tests run
+the real suite (`@modelcontextprotocol/conformance`, installed on demand by
+peers/install_conformance.sh; idempotent) against the fixture servers for a
+few scenarios that cover each path:
+
+- modern wire: `server-stateless` and MRTR multi-round;
+- legacy push: `tools-call-elicitation`;
+- modern suite against the legacy py1, which must fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat_matrix.conformance import run as conformance
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write_checks(root: Path, scenario: str, statuses: list[str]) -> None:
+    folder = root / f"server-{scenario}-2026-11-29T20-46-53-994Z"
+    folder.mkdir(parents=True)
+    checks = [
+        {"id": f"{scenario}-{i}", "name": "N", "status": s, "errorMessage": f"msg {i}"}
+        for i, s in enumerate(statuses)
+    ]
+    (folder / "checks.json").write_text(json.dumps(checks))
+
+
+def test_summary_separates_unscored_scenarios(tmp_path: Path) -> None:
+    _write_checks(tmp_path, "tools-list", ["SUCCESS", "SUCCESS", "FAILURE"])
+    _write_checks(tmp_path, "tasks-lifecycle", ["FAILURE", "WARNING"])
+    output = "Not scored for 2026-07-28:\n  \u2717 tasks-lifecycle (extension)\n"
+    unscored = dict(conformance._UNSCORED.findall(output))
+    summary = conformance.summarise(conformance.collect(tmp_path), unscored)
+
+    assert unscored == {"tasks-lifecycle": "extension"}
+    assert summary["totals"]["SUCCESS"] == 2
+    assert summary["totals"]["FAILURE"] == 1
+    assert summary["unscored_totals"]["FAILURE"] == 1
+    assert summary["unscored_totals"]["WARNING"] == 1
+    assert (summary["scenarios_passing"], summary["scenario_count"]) == (0, 1)
+    failing = summary["scenarios"]["tools-list"]["not_passing"]
+    assert [c["id"] for c in failing] == ["tools-list-2"]
+
+    summary.update(label="x", target="t", command="c", runtime_s=1.0, exit_code=1)
+    text = conformance.markdown(summary)
+    assert "**2 passed, 1 failed**" in text
+    assert "| tasks-lifecycle *(extension)* | 0 | 1 | 1 |" in text
+
+
+@pytest.fixture(scope="module")
+def suite_installed() -> None:
+    subprocess.run(["bash", str(REPO / "peers/install_conformance.sh")], check=True, timeout=600)
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    label = "t"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "compat_matrix/conformance/run.py"),
+            *args,
+            "--label",
+            label,
+            "--results",
+            str(tmp_path),
+            "--raw-dir",
+            str(tmp_path / "raw"),
+            "--timeout",
+            "120",
+        ],
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
+    return proc.returncode, json.loads((tmp_path / f"{label}.json").read_text())
+
+
+@pytest.mark.peers
+@pytest.mark.usefixtures("suite_installed")
+@pytest.mark.parametrize(
+    ("server", "scenario", "version", "min_checks"),
+    [
+        ("py2-dual", "server-stateless", "2026-07-28", 30),
+        ("py2-modern", "input-required-result-multi-round", "2026-07-28", 4),
+        ("py2-dual", "tools-call-elicitation", "2025-11-25", 2),
+        ("py1", "tools-call-elicitation", "2025-11-25", 2),
+    ],
+)
+def test_fixture_passes_scenario(
+    tmp_path: Path, server: str, scenario: str, version: str, min_checks: int
+) -> None:
+    code, summary = _run(
+        tmp_path, "--server", server, "--scenario", scenario, "--spec-version", version
+    )
+    totals = summary["totals"]
+    assert code == 0, summary["scenarios"]
+    assert totals["FAILURE"] == 0
+    assert totals["SUCCESS"] >= min_checks
+
+
+@pytest.mark.peers
+@pytest.mark.usefixtures("suite_installed")
+def test_modern_suite_against_legacy_py1_fails(tmp_path: Path) -> None:
+    code, summary = _run(
+        tmp_path,
+        "--server",
+        "py1",
+        "--scenario",
+        "tools-call-simple-text",
+        "--spec-version",
+        "2026-07-28",
+    )
+    assert code == 1
+    failing = summary["scenarios"]["tools-call-simple-text"]["not_passing"]
+    assert any("Missing session ID" in c["message"] for c in failing)
