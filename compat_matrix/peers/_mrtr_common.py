@@ -17,6 +17,10 @@ from typing import Any
 from _common import DEFAULT_TIMEOUT
 
 FEATURES = ("elicitation-form", "elicitation-url", "sampling", "roots")
+# The 2025-11-25 -32042 error path (legacy servers only; not part of "all"):
+# the first call fails, the client opens the link(s) in error.data, then retries.
+URL_REQUIRED = "elicitation-url-required"
+URL_ELICITATION_REQUIRED = -32042
 ACTIONS = ("accept", "decline", "cancel")
 
 # The callbacks' answers.
@@ -57,7 +61,7 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
     parser = argparse.ArgumentParser(description=description)
     if modes:
         parser.add_argument("--mode", default="auto", help="auto (default), legacy, or 2026-07-28")
-    parser.add_argument("--feature", default="all", choices=[*FEATURES, "all"])
+    parser.add_argument("--feature", default="all", choices=[*FEATURES, URL_REQUIRED, "all"])
     parser.add_argument(
         "--elicit-action", default="accept", choices=ACTIONS, help="how elicitations are answered"
     )
@@ -76,6 +80,8 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
     args = parser.parse_args(argv[:cut])
     if not argv[cut + 1 :]:
         parser.error("missing server command after --")
+    if args.feature == URL_REQUIRED and args.elicit_action != "accept":
+        parser.error(f"--feature {URL_REQUIRED} needs --elicit-action accept")
     return Options(
         mode=getattr(args, "mode", "auto"),
         features=list(FEATURES) if args.feature == "all" else [args.feature],
@@ -101,6 +107,13 @@ def server_kind(tool_names: set[str]) -> str:
 def plan(kind: str, feature: str, action: str) -> Call:
     """The call that exercises `feature` on a server of `kind`, and the text it must return."""
     accepted = action == "accept"
+    if feature == URL_REQUIRED:
+        if kind == "everything":
+            args: dict[str, Any] = {"url": LINK_URL, "errorPath": True}
+            expect = "completed the URL elicitation"
+            return Call(feature, "trigger-url-elicitation", args, expect, "elicitation/create")
+        expect = "Authorized after URL elicitation"
+        return Call(feature, "authorize", {}, expect, "elicitation/create")
     if kind == "everything":
         if feature == "elicitation-form":
             expect = "- Name: Ada" if accepted else action

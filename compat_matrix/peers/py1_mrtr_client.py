@@ -1,7 +1,7 @@
 """Legacy MRTR fixture client: `ClientSession` + `stdio_client` from mcp==1.30.0.
 
     .peers/py1/bin/python compat_matrix/peers/py1_mrtr_client.py \
-        [--feature elicitation-form|elicitation-url|sampling|roots|all] \
+        [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
         [--elicit-action accept|decline|cancel] [--timeout S] -- SERVER_COMMAND ARGS...
 
 Registers elicitation, sampling and list_roots callbacks, so `initialize`
@@ -9,7 +9,9 @@ declares those capabilities, then calls the server's tool for each feature
 and checks that the result carries the callback's answer. The server (or the
 gateway in front of a modern server) must push `elicitation/create`,
 `sampling/createMessage` and `roots/list` requests: a legacy client cannot
-handle `input_required`. Each call's step lists the requests the callbacks saw.
+handle `input_required`. A -32042 error (URL elicitation required) is handled
+the 2025-11-25 way: "open" its links, then retry the call once. Each call's
+step lists the requests the callbacks saw.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from _mrtr_common import (
     ROOT_NAME,
     ROOT_URI,
     SAMPLED_TEXT,
+    URL_ELICITATION_REQUIRED,
     Options,
     all_text,
     elicit_answer,
@@ -36,6 +39,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
 from mcp.types import (
+    CallToolResult,
     CreateMessageRequestParams,
     CreateMessageResult,
     ElicitRequestParams,
@@ -56,6 +60,7 @@ class Callbacks:
     def __init__(self, action: str) -> None:
         self.action = action
         self.seen: list[dict[str, Any]] = []
+        self.done = False  # every check ran; the session is closing
 
     async def elicit(self, context: Ctx, params: ElicitRequestParams) -> ElicitResult:
         url = isinstance(params, ElicitRequestURLParams)
@@ -64,6 +69,12 @@ class Callbacks:
             seen |= {"url": params.url, "elicitationId": params.elicitationId}
         self.seen.append(seen | {"request_id": context.request_id})
         return ElicitResult.model_validate(elicit_answer(self.action, seen["mode"]))
+
+    def url_required(self, data: Any) -> None:
+        """A -32042 error's elicitations: the user is sent to each URL; no answer goes back."""
+        links = data.get("elicitations", []) if isinstance(data, dict) else []
+        for link in links:
+            self.seen.append({"method": "-32042", "url": link.get("url")})
 
     async def sample(self, context: Ctx, params: CreateMessageRequestParams) -> CreateMessageResult:
         self.seen.append({"method": "sampling/createMessage", "request_id": context.request_id})
@@ -77,6 +88,19 @@ class Callbacks:
     async def roots(self, context: Ctx) -> ListRootsResult:
         self.seen.append({"method": "roots/list", "request_id": context.request_id})
         return ListRootsResult(roots=[Root(uri=FileUrl(ROOT_URI), name=ROOT_NAME)])
+
+
+async def call_tool(
+    session: ClientSession, callbacks: Callbacks, tool: str, arguments: dict[str, Any]
+) -> CallToolResult:
+    """tools/call; on -32042 (URL elicitation required) "open" the links, then retry once."""
+    try:
+        return await session.call_tool(tool, arguments)
+    except McpError as exc:
+        if exc.error.code != URL_ELICITATION_REQUIRED:
+            raise
+        callbacks.url_required(exc.error.data)
+    return await session.call_tool(tool, arguments)
 
 
 async def converse(
@@ -99,7 +123,7 @@ async def converse(
             continue
         before = len(callbacks.seen)
         try:
-            result = await session.call_tool(call.tool, call.arguments)
+            result = await call_tool(session, callbacks, call.tool, call.arguments)
         except McpError as exc:
             report.step(f"{feature}: {call.tool}", False, error=exc.error.model_dump())
             continue
@@ -113,11 +137,10 @@ async def converse(
         )
 
 
-async def run(opts: Options, report: Report) -> None:
+async def run(opts: Options, callbacks: Callbacks, report: Report) -> None:
     # stdio_client passes only a few default variables unless told otherwise.
     command = opts.server
     params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    callbacks = Callbacks(opts.action)
     with anyio.fail_after(opts.timeout):
         async with (
             stdio_client(params) as (read, write),
@@ -130,17 +153,24 @@ async def run(opts: Options, report: Report) -> None:
             ) as session,
         ):
             await converse(session, callbacks, opts, report)
+            callbacks.done = True
 
 
 def main() -> None:
     opts = parse_args(__doc__.splitlines()[0])
     report = Report(era="legacy")
+    callbacks = Callbacks(opts.action)
     start_watchdog(report, opts.timeout)
     try:
-        anyio.run(run, opts, report)
+        anyio.run(run, opts, callbacks, report)
     except BaseException as group:
         exc = leaf_exception(group)
-        if isinstance(exc, McpError):
+        if callbacks.done and isinstance(exc, anyio.BrokenResourceError):
+            # mcp 1.30 quirk: a server request that arrives while the session closes
+            # (server-everything asks for roots 350 ms after `initialized`) is
+            # answered on the closed stream, and the error leaves `ClientSession`.
+            report.step("server request during shutdown ignored", True, error=repr(exc))
+        elif isinstance(exc, McpError):
             report.step(
                 "error", False, code=exc.error.code, message=exc.error.message, data=exc.error.data
             )

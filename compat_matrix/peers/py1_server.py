@@ -19,7 +19,8 @@ import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.session import ServerSession
-from mcp.types import SamplingMessage, TextContent
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
 from pydantic import BaseModel
 
 # FastMCP finds the context parameter by its (parametrised) Context class.
@@ -98,6 +99,26 @@ async def open_link(ctx: Ctx) -> str:
     if answer.action == "accept":
         await ctx.session.send_elicit_complete(elicitation_id, related_request_id=ctx.request_id)
     return f"URL elicitation: {answer.action}"
+
+
+# One stdio session per process, so one flag is enough (server-everything's
+# trigger-url-elicitation with errorPath=true does the same per session).
+_authorize_pending = False
+
+
+@mcp.tool()
+def authorize() -> str:
+    """Fail with -32042 (URL elicitation required, 2025-11-25) on the first call;
+    the retry, after the client has opened the link, succeeds."""
+    global _authorize_pending  # noqa: PLW0603
+    if _authorize_pending:
+        _authorize_pending = False
+        return "Authorized after URL elicitation"
+    _authorize_pending = True
+    link = ElicitRequestURLParams(
+        message="Authorize at the link, then retry.", url=LINK_URL, elicitationId=uuid4().hex
+    )
+    raise UrlElicitationRequiredError([link])
 
 
 @mcp.tool()

@@ -1,7 +1,7 @@
 """MRTR fixture client on `mcp.Client` from mcp==2.3.0 (dual era).
 
     .peers/py2/bin/python compat_matrix/peers/py2_mrtr_client.py [--mode auto|legacy|2026-07-28] \
-        [--feature elicitation-form|elicitation-url|sampling|roots|all] \
+        [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
         [--elicit-action accept|decline|cancel] [--timeout S] -- SERVER_COMMAND ARGS...
 
 Registers elicitation, sampling and roots callbacks, so the client declares
@@ -9,8 +9,10 @@ those capabilities, then calls the server's tool for each feature and checks
 that the result carries the callback's answer. In a legacy session the server
 pushes its requests to the callbacks; in a modern one the SDK receives
 `input_required` and drives the retries itself through the same callbacks.
-`era` in the report is where the client ended up; each call's step lists the
-requests the callbacks saw.
+A -32042 error (URL elicitation required, legacy servers) is handled the
+2025-11-25 way: "open" its links, then retry the call once. `era` in the
+report is where the client ended up; each call's step lists the requests the
+callbacks saw.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from _mrtr_common import (
     ROOT_NAME,
     ROOT_URI,
     SAMPLED_TEXT,
+    URL_ELICITATION_REQUIRED,
     Options,
     all_text,
     elicit_answer,
@@ -36,6 +39,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    CallToolResult,
     CreateMessageRequestParams,
     CreateMessageResult,
     ElicitRequestParams,
@@ -66,6 +70,12 @@ class Callbacks:
         self.seen.append(seen | {"request_id": context.request_id})
         return ElicitResult.model_validate(elicit_answer(self.action, seen["mode"]))
 
+    def url_required(self, data: Any) -> None:
+        """A -32042 error's elicitations: the user is sent to each URL; no answer goes back."""
+        links = data.get("elicitations", []) if isinstance(data, dict) else []
+        for link in links:
+            self.seen.append({"method": "-32042", "url": link.get("url")})
+
     async def sample(
         self, context: ClientRequestContext, params: CreateMessageRequestParams
     ) -> CreateMessageResult:
@@ -80,6 +90,19 @@ class Callbacks:
     async def roots(self, context: ClientRequestContext) -> ListRootsResult:
         self.seen.append({"method": "roots/list", "request_id": context.request_id})
         return ListRootsResult(roots=[Root(uri=FileUrl(ROOT_URI), name=ROOT_NAME)])
+
+
+async def call_tool(
+    client: Client, callbacks: Callbacks, tool: str, arguments: dict[str, Any]
+) -> CallToolResult:
+    """tools/call; on -32042 (URL elicitation required) "open" the links, then retry once."""
+    try:
+        return await client.call_tool(tool, arguments)
+    except MCPError as exc:
+        if exc.error.code != URL_ELICITATION_REQUIRED:
+            raise
+        callbacks.url_required(exc.error.data)
+    return await client.call_tool(tool, arguments)
 
 
 async def converse(client: Client, callbacks: Callbacks, opts: Options, report: Report) -> None:
@@ -98,7 +121,7 @@ async def converse(client: Client, callbacks: Callbacks, opts: Options, report: 
             continue
         before = len(callbacks.seen)
         try:
-            result = await client.call_tool(call.tool, call.arguments)
+            result = await call_tool(client, callbacks, call.tool, call.arguments)
         except (MCPError, RuntimeError) as exc:  # RuntimeError: rounds exceeded
             error = exc.error.model_dump() if isinstance(exc, MCPError) else str(exc)
             report.step(f"{feature}: {call.tool}", False, error=error)

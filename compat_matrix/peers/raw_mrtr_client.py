@@ -1,7 +1,7 @@
 """Modern-only MRTR client with no SDK (stdlib only; runs under any python3).
 
     python3 compat_matrix/peers/raw_mrtr_client.py \
-        [--feature elicitation-form|elicitation-url|sampling|roots|all] \
+        [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
         [--elicit-action accept|decline|cancel] [--check-errors] [--check-binding] \
         [--timeout S] \
         -- SERVER_COMMAND ARGS...
@@ -12,6 +12,8 @@ the feature's tool; on `resultType: "input_required"` answer every
 `inputRequests` entry by its method and retry with a NEW id, `inputResponses`
 and the exact `requestState` (omitted when the server sent none), for at most
 MAX_ROUNDS rounds; the final result must be `complete` and carry the answer.
+The modern wire has no -32042: `elicitation-url-required` (a legacy server's
+-32042) must reach this client as `input_required` with URL elicitations.
 
 `--check-errors`: on the first call that gets a `requestState`, retry once
 with a tampered copy and expect `-32602` (spec: MUST reject state that fails
