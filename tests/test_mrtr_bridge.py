@@ -285,11 +285,19 @@ async def test_upstream_crash_while_parked_fails_the_retry_cleanly() -> None:
         assert not c.service.bridge.held
 
 
-async def test_undeclared_capability_is_refused_upstream() -> None:
-    async with gateway(legacy_server({"tools/call": ask_name})) as c:
-        reply = await start(c, "ask_name", caps={"sampling": {}})
-    text = reply["result"]["content"][0]["text"]
-    assert "did not declare the elicitation (form mode) capability" in text
+async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:
+    # 2026-07-28 "Per-request protocol fields": a server MUST answer -32021 when
+    # processing needs a capability the client did not declare; the gateway
+    # answers so for the legacy server, and cancels the call upstream.
+    for caps in ({"sampling": {}}, {}):
+        seen = Recorder()
+        async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
+            reply = await start(c, "ask_name", caps=caps)
+            await seen.wait_for("notifications/cancelled")
+            refused = next(m for m in seen if m.get("id") == "srv-1")
+        assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
+        assert reply["error"]["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+        assert refused["error"]["code"] == wire.METHOD_NOT_FOUND
 
 
 async def test_static_roots_answer_roots_outside_any_call() -> None:

@@ -74,8 +74,16 @@ def test_asks_become_one_input_required_with_gateway_keys() -> None:
     assert open_(result["requestState"]).handle == "h"
 
 
-def test_undeclared_capability_is_refused() -> None:
-    assert isinstance(held({"sampling": {}}).add_ask(ELICIT), str)
+def test_undeclared_capability_names_what_is_missing() -> None:
+    missing = held({"sampling": {}}).add_ask(ELICIT)
+    assert isinstance(missing, mb.MissingCapability)
+    assert missing.required == {"elicitation": {"form": {}}}
+    err = missing.error(7)["error"]
+    assert err["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert err["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    url = held({"elicitation": {}}).add_ask(URL)
+    assert isinstance(url, mb.MissingCapability)
+    assert url.required == {"elicitation": {"url": {}}}
 
 
 def test_retry_answers_and_missing_entries_are_asked_again() -> None:

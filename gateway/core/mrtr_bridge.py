@@ -100,6 +100,46 @@ class RetryOutcome:
     missing: list[str] = field(default_factory=list)
 
 
+def required_capability(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The `requiredCapabilities` of a -32021 for a server request (2026-07-28
+    "Per-request protocol fields": MissingRequiredClientCapabilityError)."""
+    feature = era.CLIENT_FEATURE_METHODS.get(method, method)
+    if method == "elicitation/create":
+        return {"elicitation": {elicitation_mode(params): {}}}
+    return {feature: {}}
+
+
+@dataclass(frozen=True, slots=True)
+class MissingCapability:
+    """A server request the client cannot take: processing the call needs a
+    capability the client did not declare."""
+
+    required: dict[str, Any]
+    reason: str
+
+    def error(self, msg_id: wire.RequestId) -> wire.Message:
+        return wire.error_response(
+            msg_id,
+            wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            f"Missing required client capability: {self.reason}",
+            {"requiredCapabilities": self.required},
+        )
+
+
+def check_capability(
+    caps: dict[str, Any], method: str, params: dict[str, Any] | None
+) -> MissingCapability | None:
+    if client_supports(caps, method, params):
+        return None
+    what = era.CLIENT_FEATURE_METHODS.get(method, method)
+    if method == "elicitation/create":
+        what = f"elicitation ({elicitation_mode(params)} mode)"
+    return MissingCapability(
+        required_capability(method, params),
+        f"the server asked for {method}, and the client did not declare the {what} capability",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Prefilled:
     """Replay mode: a server request the client already answered in an earlier round."""
@@ -143,19 +183,17 @@ class HeldCall:
     def replay(self) -> bool:
         return self.replay_answers is not None
 
-    def add_ask(self, msg: wire.Message) -> Ask | Prefilled | str:
+    def add_ask(self, msg: wire.Message) -> Ask | Prefilled | MissingCapability | str:
         """Take a server request for the client.
 
         Returns the Ask to put to the client, the answer already given (replay
-        mode), or a reason string why the client cannot be asked.
+        mode), the capability the client lacks, or why a replayed answer is bad.
         """
         method = msg["method"]
         params = msg.get("params")
-        if not client_supports(self.client_caps, method, params):
-            what = era.CLIENT_FEATURE_METHODS.get(method, method)
-            if method == "elicitation/create":
-                what = f"elicitation ({elicitation_mode(params)} mode)"
-            return f"the client did not declare the {what} capability"
+        missing = check_capability(self.client_caps, method, params)
+        if missing is not None:
+            return missing
         if self.replay_answers is not None:
             key = replay_key(method, params)
             if key in self.replay_answers:

@@ -57,6 +57,7 @@ class HeldEntry:
     watch: anyio.CancelScope | None = None
     busy: bool = False
     closed: bool = False
+    missing: core.MissingCapability | None = None
 
     def poke(self) -> None:
         self.changed.set()
@@ -260,6 +261,8 @@ class MrtrBridge:
             await anyio.sleep(window)
 
     def _final(self, msg_id: wire.RequestId, entry: HeldEntry) -> wire.Message:
+        if entry.missing is not None:
+            return entry.missing.error(msg_id)
         reply = entry.reply
         if reply is None:
             return wire.gateway_error(
@@ -318,6 +321,16 @@ class MrtrBridge:
         outcome = entry.call.add_ask(msg)
         if isinstance(outcome, core.Prefilled):
             await entry.session.respond(wire.result_response(msg["id"], outcome.result))
+        elif isinstance(outcome, core.MissingCapability):
+            # The call needs what the client never declared: a modern server
+            # would have answered -32021, so the client hears that, and the
+            # legacy server's call is cancelled.
+            log.info("call needs an undeclared client capability", why=outcome.reason)
+            await entry.session.respond(
+                wire.error_response(msg["id"], wire.METHOD_NOT_FOUND, outcome.reason)
+            )
+            entry.missing = outcome
+            entry.runner.cancel()
         elif isinstance(outcome, str):
             log.info(
                 "server request the client cannot take refused", method=msg["method"], why=outcome

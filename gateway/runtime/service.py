@@ -12,6 +12,7 @@ import structlog
 
 from gateway import era, wire
 from gateway.config import Config
+from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.client_link import ClientLink, ForwardedServerRequest, InflightCall
@@ -346,6 +347,13 @@ class GatewayService:
     ) -> wire.Message | None:
         msg_id = msg["id"]
         method = msg["method"]
+        if (
+            method == "roots/list"
+            and self.config.static_roots
+            and not (owner is not None and owner.declared("roots"))
+        ):
+            # DESIGN §5.1.6: roots the client cannot give may come from configuration.
+            return wire.result_response(msg_id, {"roots": list(self.config.static_roots)})
         if owner is not None and owner.session is not None:
             if owner.declared(feature):
                 return await self._ask_legacy_client(owner, session, msg)
@@ -353,10 +361,17 @@ class GatewayService:
         elif owner is None:
             why = "no single client call it can belong to"
         else:
+            calls = session.calls_of(owner)
+            missing = mrtr_core.check_capability({}, method, msg.get("params"))
+            if len(calls) == 1 and missing is not None:
+                # The one call of a modern client that declared no client
+                # features needs one: answer it -32021, as a modern server would.
+                await session.respond(
+                    wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
+                )
+                await session.fail_call(calls[0], missing.error(0), "needs a client capability")
+                return None
             why = "no call of the modern client that can take it is in progress"
-        if method == "roots/list" and self.config.static_roots:
-            # DESIGN §5.1.6: roots outside a call may come from configuration.
-            return wire.result_response(msg_id, {"roots": list(self.config.static_roots)})
         log.info("server request refused", method=method, why=why)
         return wire.error_response(msg_id, wire.METHOD_NOT_FOUND, f"{method} refused: {why}")
 

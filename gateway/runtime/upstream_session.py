@@ -83,6 +83,19 @@ class UpstreamSession:
     def owners(self) -> set[object]:
         return {call.owner for call in self.pending.values() if call.owner is not None}
 
+    def calls_of(self, owner: object) -> list[int]:
+        return [i for i, call in self.pending.items() if call.owner is owner]
+
+    async def fail_call(self, msg_id: int, reply: wire.Message, reason: str) -> None:
+        """End a pending call with `reply` instead of the server's, and tell the
+        server to stop working on it."""
+        pending = self.pending.get(msg_id)
+        if pending is None:
+            return
+        pending.reply = reply
+        pending.done.set()
+        await self._cancel_upstream(msg_id, reason)
+
     def next_id(self) -> int:
         self._next_id += 1
         return self._next_id
