@@ -93,3 +93,16 @@ def cpu_seconds(pid: int) -> float | None:
         return None
     fields = stat[stat.rindex(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine has spent busy (all CPUs, not idle or iowait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process and every descendant it has reaped."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
