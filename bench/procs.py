@@ -106,3 +106,19 @@ def own_cpu_seconds() -> float:
     """CPU time of this process and every descendant it has reaped."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def per_cpu_busy() -> dict[int, int]:
+    """Busy clock ticks so far, per CPU."""
+    out: dict[int, int] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu") and line[3].isdigit():
+            name, *fields = line.split()
+            values = [int(f) for f in fields[:8]]
+            out[int(name[3:])] = sum(values) - values[3] - values[4]  # minus idle, iowait
+    return out
+
+
+def idlest_cpu(among: set[int], before: dict[int, int], after: dict[int, int]) -> int:
+    """The CPU of `among` that was least busy between two per_cpu_busy() samples."""
+    return min(sorted(among), key=lambda cpu: after.get(cpu, 0) - before.get(cpu, 0))

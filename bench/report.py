@@ -32,12 +32,24 @@ class Measured:
         lat = sorted((self.latency if pinned else self.loads[1]).latencies_ns)
         return lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
 
+    def p50_us(self) -> float:
+        """The pinned p50, robust to bursts of other work: the lowest p50 of
+        SLICES consecutive slices of the phase (a hop's cost does not change
+        within a phase; interference only adds)."""
+        return _sliced_p50_ns(self.latency) / 1000
+
     def rps(self, c: int) -> float:
         return self.loads[c].rps
 
 
-def _p50_ns(result: LoadResult) -> int:
-    return sorted(result.latencies_ns)[len(result.latencies_ns) // 2]
+SLICES = 5
+
+
+def _sliced_p50_ns(result: LoadResult) -> int:
+    lat = result.latencies_ns
+    size = max(1, len(lat) // SLICES)
+    slices = [sorted(lat[i : i + size]) for i in range(0, len(lat) - size + 1, size)]
+    return min(s[len(s) // 2] for s in slices)
 
 
 def best_of(rounds: list[Measured]) -> Measured:
@@ -47,10 +59,7 @@ def best_of(rounds: list[Measured]) -> Measured:
     first = rounds[0]
     return Measured(
         first.run,
-        min(
-            (m.latency for m in rounds),
-            key=lambda r: sorted(r.latencies_ns)[len(r.latencies_ns) // 2],
-        ),
+        min((m.latency for m in rounds), key=_sliced_p50_ns),
         {c: max((m.loads[c] for m in rounds), key=lambda r: r.rps) for c in first.loads},
         max((m.rss_kib for m in rounds if m.rss_kib is not None), default=None),
         max((m.children_rss_kib for m in rounds if m.children_rss_kib is not None), default=None),
@@ -81,7 +90,7 @@ def runs_table(measured: list[Measured]) -> str:
         [
             m.run.key,
             m.run.label,
-            f"{m.pct_us(0.5):.0f}",
+            f"{m.p50_us():.0f}",
             f"{m.pct_us(0.99):.0f}",
             f"{m.pct_us(0.5, pinned=False):.0f}",
             *(f"{m.rps(c):,.0f}" for c in CONCURRENCIES),
@@ -107,8 +116,8 @@ def ratios_table(groups: list[Group], by_key: dict[str, Measured]) -> tuple[str,
     verdicts: list[str] = []
     for g in groups:
         d, r, w = by_key[g.direct.key], by_key[g.relay.key], by_key[g.gateway.key]
-        gw_added = w.pct_us(0.5) - d.pct_us(0.5)
-        relay_added = r.pct_us(0.5) - d.pct_us(0.5)
+        gw_added = w.p50_us() - d.p50_us()
+        relay_added = r.p50_us() - d.p50_us()
         lat_ratio = gw_added / relay_added if relay_added > 0 else float("nan")
         vs_relay = w.rps(32) / r.rps(32)
         vs_direct = {c: w.rps(c) / d.rps(c) for c in CONCURRENCIES}

@@ -88,16 +88,20 @@ async def measure(
         await _phase(conn, max(report.CONCURRENCIES), warmup, 0)  # warm caches and code paths
         # Latency with every process on one CPU: on 2 cores an unpinned ping-pong is
         # bimodal (same-CPU vs cross-CPU wake-ups), which would swamp a hop's cost.
-        with conn.pinned({max(os.sched_getaffinity(0))}):
+        # Pin to the CPU that other work leaves most idle right now.
+        before = procs.per_cpu_busy()
+        await asyncio.sleep(0.1)
+        cpu = procs.idlest_cpu(os.sched_getaffinity(0), before, procs.per_cpu_busy())
+        with conn.pinned({cpu}):
             await _phase(conn, 1, warmup / 3, 0)
             latency = await _phase(conn, 1, seconds, cap)
         loads = {c: await _phase(conn, c, seconds, cap) for c in report.CONCURRENCIES[:-1]}
         # CPU per request at the top concurrency: stable where req/s is noisy on 2 cores.
         pids = [conn.pid, *conn.tree()]
-        before = [procs.cpu_seconds(pid) or 0.0 for pid in pids]
+        cpu0 = [procs.cpu_seconds(pid) or 0.0 for pid in pids]
         top = report.CONCURRENCIES[-1]
         loads[top] = await _phase(conn, top, seconds, cap)
-        used = [(procs.cpu_seconds(pid) or b) - b for pid, b in zip(pids, before, strict=True)]
+        used = [(procs.cpu_seconds(pid) or b) - b for pid, b in zip(pids, cpu0, strict=True)]
         cpu_us = [u / loads[top].replies * 1e6 for u in used]
         rss = procs.vm_hwm_kib(conn.pid)
         kids = [procs.vm_hwm_kib(pid) for pid in conn.tree()]
