@@ -343,6 +343,11 @@ async def test_url_elicitation_required_error_becomes_input_required() -> None:
             "method": "elicitation/create",
             "params": {"mode": "url", "url": "https://x/auth", "message": "Sign in"},
         }
+        declined = await retry(
+            c, first, {"url-1": {"action": "decline"}}, msg_id=5, name="needs_url"
+        )
+        assert declined["error"]["data"]["reason"] == "elicitation-declined"
+        assert calls == 1  # a declined link is not re-sent
         final = await retry(c, first, {"url-1": {"action": "accept"}}, msg_id=2, name="needs_url")
         no_url = await start(c, "needs_url", msg_id=3, caps={"elicitation": {}})
     assert final["result"]["content"][0]["text"] == "authorised"

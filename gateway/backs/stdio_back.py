@@ -153,10 +153,10 @@ class StdioServerProcess:
             if process.returncode is None:
                 self._signal(signal.SIGKILL)
                 await process.wait()
-            for stream in (process.stdout, process.stderr):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        await stream.aclose()
+            # Closing the Process closes its pipes and transport, so nothing is
+            # left for the garbage collector to close after the loop is gone.
+            with contextlib.suppress(OSError):
+                await process.aclose()
         log.info("upstream stopped", pid=self.pid, returncode=process.returncode)
         return process.returncode
 

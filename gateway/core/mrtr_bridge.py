@@ -319,6 +319,20 @@ def url_elicitations(error: dict[str, Any]) -> list[dict[str, Any]] | None:
     return out
 
 
+def url_refusal(input_responses: object) -> str | None:
+    """Why the answers to -32042's URL elicitations do not allow a re-send:
+    None when every one was accepted."""
+    if not isinstance(input_responses, dict) or not input_responses:
+        return "no answer was given"
+    for key, answer in input_responses.items():
+        problem = response_problem("elicitation/create", answer)
+        if problem is not None:
+            return f"inputResponses[{key!r}] {problem}"
+        if answer["action"] != "accept":
+            return f"the user chose {answer['action']}"
+    return None
+
+
 # -- modern server → legacy client (DESIGN §5.2.5) ---------------------------------
 
 

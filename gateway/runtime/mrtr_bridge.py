@@ -365,6 +365,16 @@ class MrtrBridge:
             log.info("retry rejected", why=str(exc))
             return _invalid(msg_id, str(exc))
         if claims.resend:
+            refusal = core.url_refusal(params.get("inputResponses"))
+            if refusal is not None:
+                # The user would not open the link the server requires: re-sending
+                # would only meet the same -32042, so the call ends here.
+                return wire.gateway_error(
+                    msg_id,
+                    wire.INTERNAL_ERROR,
+                    f"The server requires a URL elicitation that was not completed ({refusal})",
+                    reason="elicitation-declined",
+                )
             fresh = self._new_call(link, msg, decision)
             return await self._run(msg_id, HeldEntry(fresh, link, decision, session))
         if claims.handle is None:
