@@ -8,6 +8,7 @@ the right.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any
@@ -88,8 +89,8 @@ async def run_demo(config: Config) -> int:
             out.message("server", "server → gateway", msg)
 
     service = GatewayService(cfg, tap=tap)
-    send, receive = anyio.create_memory_object_stream[wire.Message](100)
-    link = ClientLink(send=send.send, transport="demo")
+    send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
+    link = ClientLink.over_stream(send, transport="demo")
     service.links.add(link)
     out.line("note", f"mcp-era-gateway demo — upstream: {' '.join(cfg.command)}")
     out.line("note", "Probing the upstream era (server/discover first, initialize on fallback):")

@@ -8,6 +8,7 @@ legacy and modern servers below.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -56,8 +57,8 @@ class ScriptedServer:
     def __init__(self) -> None:
         self.pid = next(_pids)
         self.tap: Callable[[str, wire.Message], None] | None = None
-        self._in_send, self._in_recv = anyio.create_memory_object_stream[wire.Message](100)
-        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message](100)
+        self._in_send, self._in_recv = anyio.create_memory_object_stream[wire.Message](math.inf)
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message](math.inf)
         self.closed = False
         self._asked: dict[wire.RequestId, tuple[anyio.Event, list[wire.Message]]] = {}
         self._next_ask = 0
@@ -69,13 +70,30 @@ class ScriptedServer:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise ServerExited(1) from exc
 
-    async def receive(self) -> wire.Message:
+    def send_nowait(self, msg: wire.Message) -> None:
         try:
-            return await self._out_recv.receive()
+            self._in_send.send_nowait(msg)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise ServerExited(1) from exc
+
+    def cork(self) -> None:
+        return None
+
+    def uncork(self) -> None:
+        return None
+
+    async def receive_batch(self) -> list[wire.Message]:
+        try:
+            batch = [await self._out_recv.receive()]
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise ServerExited(1) from None
+        while True:  # take what is already there, as one pipe read would
+            try:
+                batch.append(self._out_recv.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return batch
 
-    async def pump_stderr(self) -> None:
+    async def run_background(self) -> None:
         return None
 
     def terminate(self) -> None:
@@ -339,8 +357,8 @@ async def gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Client]:
     async with anyio.create_task_group() as tg:
         upstream = Upstream(behaviour, tg)
         service = GatewayService(cfg, connect=upstream.connect)
-        send, receive = anyio.create_memory_object_stream[wire.Message](1000)
-        link = ClientLink(send=send.send, transport="test")
+        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
+        link = ClientLink.over_stream(send, transport="test")
         service.links.add(link)
         await service.start(tg)
         async with anyio.create_task_group() as requests:

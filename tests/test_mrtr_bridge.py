@@ -3,6 +3,7 @@ DESIGN §5.1.6-5.1.8, §5.2.5)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import anyio
@@ -109,13 +110,21 @@ async def send_and_wait(c: Client, msg: wire.Message, link: ClientLink | None) -
         else:
             await original(out)
 
+    def capture_nowait(out: wire.Message) -> None:
+        if out.get("id") == msg["id"] and "method" not in out:
+            box.append(out)
+            done.set()
+
+    original_nowait = link.send_nowait
     link.send = capture
+    link.send_nowait = capture_nowait
     try:
         await c.service.handle_client_message(link, msg, c.requests)
         with anyio.fail_after(5):
             await done.wait()
     finally:
         link.send = original
+        link.send_nowait = original_nowait
     return box[0]
 
 
@@ -214,8 +223,8 @@ async def test_state_of_another_principal_is_rejected() -> None:
     # Sessions are never shared across principals: mallory gets her own.
     async with gateway(legacy_server({"tools/call": ask_name}), max_sessions=2) as c:
         first = await start(c, "ask_name")
-        send, _ = anyio.create_memory_object_stream[wire.Message](10)
-        mallory = ClientLink(send=send.send, principal="mallory")
+        send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
+        mallory = ClientLink.over_stream(send, principal="mallory")
         c.service.links.add(mallory)
         stolen = await retry(c, first, {"input-1": accept("M")}, msg_id=2, link=mallory)
         assert "another principal" in stolen["error"]["message"]
@@ -376,8 +385,8 @@ async def test_many_clients_each_get_their_own_answer() -> None:
         results: dict[int, str] = {}
 
         async def client(n: int) -> None:
-            send, _ = anyio.create_memory_object_stream[wire.Message](10)
-            link = ClientLink(send=send.send)  # one principal: one shared upstream session
+            send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
+            link = ClientLink.over_stream(send)  # one principal: one shared upstream session
             c.service.links.add(link)
             first = await start(c, "ask_name", msg_id=1, link=link)
             final = await retry(c, first, {"input-1": accept(f"n{n}")}, msg_id=2, link=link)

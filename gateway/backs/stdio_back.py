@@ -2,7 +2,9 @@
 
 Transport only: it frames, parses and writes messages and owns the process
 lifecycle (2026-07-28 stdio "Shutdown": close stdin, wait, SIGTERM, SIGKILL).
-It makes no protocol decisions.
+It makes no protocol decisions. The pipes are non-blocking file descriptors
+(see gateway.pipes) and the exit is watched through a pidfd, so nothing here
+needs a thread.
 """
 
 from __future__ import annotations
@@ -16,13 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 import structlog
-from anyio.abc import Process
 
 from gateway import wire
+from gateway.pipes import PipeReader, PipeWriter
 
 log = structlog.get_logger("gateway.backs.stdio")
-
-_READ_CHUNK = 65536
 
 
 class ServerExited(Exception):
@@ -32,14 +32,22 @@ class ServerExited(Exception):
 
 
 class StdioServerProcess:
-    def __init__(self, process: Process, command: Sequence[str], max_bytes: int) -> None:
-        self._process = process
+    def __init__(
+        self, popen: subprocess.Popen[bytes], command: Sequence[str], max_bytes: int
+    ) -> None:
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        self._popen = popen
         self.command = list(command)
+        self.pid = popen.pid
+        self._stdin = PipeWriter(popen.stdin.fileno())
+        self._stdout = PipeReader(popen.stdout.fileno())
+        self._stderr = PipeReader(popen.stderr.fileno())
+        self._pidfd = os.pidfd_open(popen.pid)
+        self._exit_lock = anyio.Lock(fast_acquire=True)
         self._splitter = wire.LineSplitter(max_bytes)
         self._ready: deque[wire.Message] = deque()
-        self._send_lock = anyio.Lock()
         self._eof = False
-        self.pid = process.pid
+        self._closed = False
         # Optional observer of every message in and out (the demo's wire view).
         self.tap: Callable[[str, wire.Message], None] | None = None
 
@@ -52,10 +60,8 @@ class StdioServerProcess:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> StdioServerProcess:
-        full_env = None
-        if env:
-            full_env = {**os.environ, **env}
-        process = await anyio.open_process(
+        full_env = {**os.environ, **env} if env else None
+        popen = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is quick; the pipes are async
             list(command),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -63,46 +69,71 @@ class StdioServerProcess:
             env=full_env,
             cwd=cwd,
             # Its own process group: a Ctrl-C at our terminal is ours to handle,
-            # and we decide when the server stops.
+            # and we decide when the server stops (and signal its children too).
             start_new_session=True,
         )
-        log.info("upstream started", pid=process.pid, command=list(command))
-        return cls(process, command, max_bytes)
+        log.info("upstream started", pid=popen.pid, command=list(command))
+        return cls(popen, command, max_bytes)
 
     @property
     def returncode(self) -> int | None:
-        return self._process.returncode
+        return self._popen.poll()
 
-    async def send(self, msg: wire.Message) -> None:
+    # -- writing ---------------------------------------------------------
+    def send_nowait(self, msg: wire.Message) -> None:
         if self.tap is not None:
             self.tap("to-server", msg)
-        data = wire.encode(msg)
-        stdin = self._process.stdin
-        assert stdin is not None
-        async with self._send_lock:
-            try:
-                await stdin.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                raise ServerExited(self._process.returncode) from exc
+        try:
+            self._stdin.write(wire.encode(msg))
+        except anyio.BrokenResourceError as exc:
+            raise ServerExited(self.returncode) from exc
 
+    async def send(self, msg: wire.Message) -> None:
+        self.send_nowait(msg)
+        try:
+            await self._stdin.drain()
+        except anyio.BrokenResourceError as exc:
+            raise ServerExited(self.returncode) from exc
+
+    def cork(self) -> None:
+        self._stdin.cork()
+
+    def uncork(self) -> None:
+        # A broken pipe shows up as the server's exit on the reading side.
+        with contextlib.suppress(anyio.BrokenResourceError):
+            self._stdin.uncork()
+
+    # -- reading ---------------------------------------------------------
     async def receive(self) -> wire.Message:
         """The next message from the server; ServerExited once its stdout ends."""
-        stdout = self._process.stdout
-        assert stdout is not None
-        while not self._ready:
-            if self._eof:
-                raise ServerExited(await self._wait_exit())
-            try:
-                chunk = await stdout.receive(_READ_CHUNK)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._eof = True
-                self._take(self._splitter.close())
-                continue
-            self._take(self._splitter.feed(chunk))
+        if not self._ready:
+            await self._fill()
         msg = self._ready.popleft()
         if self.tap is not None:
             self.tap("from-server", msg)
         return msg
+
+    async def receive_batch(self) -> list[wire.Message]:
+        """Every message of the next read (at least one)."""
+        if not self._ready:
+            await self._fill()
+        batch = list(self._ready)
+        self._ready.clear()
+        if self.tap is not None:
+            for msg in batch:
+                self.tap("from-server", msg)
+        return batch
+
+    async def _fill(self) -> None:
+        while not self._ready:  # each pass reads the pipe once
+            if self._eof:
+                raise ServerExited(await self._wait_exit(5))
+            chunk = await self._stdout.read()
+            if not chunk:
+                self._eof = True
+                self._take(self._splitter.close())
+            else:
+                self._take(self._splitter.feed(chunk))
 
     def _take(self, items: list[bytes | wire.Oversized]) -> None:
         for item in items:
@@ -116,60 +147,70 @@ class StdioServerProcess:
                 # stray line is the server's bug, not a reason to stop.
                 log.warning("upstream wrote a non-MCP line", reason=exc.reason, line=item[:200])
 
-    async def _wait_exit(self) -> int | None:
-        with anyio.move_on_after(5):
-            await self._process.wait()
-        return self._process.returncode
+    # -- background work ----------------------------------------------------
+    async def run_background(self) -> None:
+        """The stdin flusher and the stderr pump, until the process goes."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._stdin.run_flusher)
+            await self._pump_stderr()
+            tg.cancel_scope.cancel()
 
-    async def pump_stderr(self) -> None:
+    async def _pump_stderr(self) -> None:
         """Forward the server's stderr to our log, line by line, until it closes."""
-        stderr = self._process.stderr
-        if stderr is None:
-            return
         splitter = wire.LineSplitter(64 * 1024)
-        try:
-            async for chunk in stderr:
-                for line in splitter.feed(chunk):
-                    if isinstance(line, bytes):
-                        log.info(
-                            "upstream stderr", pid=self.pid, line=line.decode("utf-8", "replace")
-                        )
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
+        while chunk := await self._stderr.read():
+            for line in splitter.feed(chunk):
+                if isinstance(line, bytes):
+                    log.info("upstream stderr", pid=self.pid, line=line.decode("utf-8", "replace"))
+
+    # -- stopping --------------------------------------------------------
+    async def _wait_exit(self, timeout: float) -> int | None:
+        async with self._exit_lock:
+            with anyio.move_on_after(timeout):
+                while self._popen.poll() is None:  # each pass waits on the pidfd
+                    await anyio.wait_readable(self._pidfd)
+        return self._popen.returncode
 
     async def aclose(self, grace: float = 5.0) -> int | None:
         """Close stdin, wait `grace`, then SIGTERM, then SIGKILL. Always reaps."""
-        process = self._process
         with anyio.CancelScope(shield=True):
-            if process.stdin is not None:
-                with contextlib.suppress(OSError, anyio.BrokenResourceError):
-                    await process.stdin.aclose()
-            with anyio.move_on_after(grace):
-                await process.wait()
-            if process.returncode is None:
+            if not self._closed:
+                self._closed = True
+                await self._stdin.flush(min(grace, 1.0))
+                self._close_fd(self._popen.stdin)
+            if await self._wait_exit(grace) is None:
                 self._signal(signal.SIGTERM)
-                with anyio.move_on_after(grace):
-                    await process.wait()
-            if process.returncode is None:
-                self._signal(signal.SIGKILL)
-                await process.wait()
-            # Closing the Process closes its pipes and transport, so nothing is
-            # left for the garbage collector to close after the loop is gone.
+                if await self._wait_exit(grace) is None:
+                    self._signal(signal.SIGKILL)
+                    await self._wait_exit(30)
+            for pipe in (self._popen.stdout, self._popen.stderr):
+                self._close_fd(pipe)
             with contextlib.suppress(OSError):
-                await process.aclose()
-        log.info("upstream stopped", pid=self.pid, returncode=process.returncode)
-        return process.returncode
+                os.close(self._pidfd)
+                self._pidfd = -1
+        log.info("upstream stopped", pid=self.pid, returncode=self._popen.returncode)
+        return self._popen.returncode
+
+    @staticmethod
+    def _close_fd(pipe: object) -> None:
+        fileno = getattr(pipe, "fileno", None)
+        if fileno is None or getattr(pipe, "closed", True):
+            return
+        # Wake any task still waiting on the fd before it goes away.
+        anyio.notify_closing(fileno())
+        with contextlib.suppress(OSError):
+            pipe.close()  # type: ignore[attr-defined]
 
     def terminate(self) -> None:
         """SIGTERM now, without waiting for the server to notice its closed stdin."""
-        if self._process.returncode is None:
+        if self._popen.poll() is None:
             self._signal(signal.SIGTERM)
 
     def _signal(self, sig: signal.Signals) -> None:
         # The server runs in its own session: signal the whole group so that
         # its children (e.g. `npx` wrappers) go too.
         try:
-            os.killpg(self._process.pid, sig)
+            os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
             with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(sig)
+                self._popen.send_signal(sig)

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway import wire
 from gateway.core.routing import LegacyClientSession
@@ -16,10 +17,13 @@ _link_ids = itertools.count(1)
 
 @dataclass(slots=True)
 class InflightCall:
-    """A client request the gateway is working on (for cancellation)."""
+    """A client request the gateway is working on (for cancellation).
 
-    scope: anyio.CancelScope
+    A call on the fast path has no task: `cancel` drops it upstream instead."""
+
+    scope: anyio.CancelScope | None
     log_level: str | None = None
+    cancel: Callable[[], None] | None = None
 
 
 @dataclass(slots=True)
@@ -33,9 +37,19 @@ class ForwardedServerRequest:
     cancelled: bool = False
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(eq=False, slots=True)
 class ClientLink:
+    """`send` waits for room (backpressure); `send_nowait` queues at once and is
+    what replies on the fast path use; `cork`/`uncork` batch writes."""
+
     send: Callable[[wire.Message], Awaitable[None]]
+    send_nowait: Callable[[wire.Message], None]
+    cork: Callable[[], None] = _nothing
+    uncork: Callable[[], None] = _nothing
     principal: str = "local"
     transport: str = "stdio"
     session: LegacyClientSession | None = None
@@ -45,6 +59,13 @@ class ClientLink:
     # Set when the last in-flight call ends while someone waits to drain.
     drained: anyio.Event | None = None
     _next_server_request: int = 0
+
+    @classmethod
+    def over_stream(
+        cls, stream: MemoryObjectSendStream[wire.Message], **fields: object
+    ) -> ClientLink:
+        """A link whose output goes into a memory stream (tests, the demo)."""
+        return cls(send=stream.send, send_nowait=stream.send_nowait, **fields)  # type: ignore[arg-type]
 
     def next_server_request_id(self) -> str:
         self._next_server_request += 1

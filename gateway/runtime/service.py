@@ -4,7 +4,7 @@ This is the one layer that awaits; every wait in it has a bound."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -51,7 +51,7 @@ class GatewayService:
         connect: Connector | None = None,
     ) -> None:
         self.config = config
-        self.pool = UpstreamPool(config, self._on_server_message, tap, connect)
+        self.pool = UpstreamPool(config, self._on_server_message, tap, connect, corker=self)
         self.bridge = MrtrBridge(config, self._forward, self._shape)
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
@@ -85,6 +85,8 @@ class GatewayService:
                     )
                 )
                 return
+            if self._try_fast(link, msg):
+                return
             call = InflightCall(anyio.CancelScope())
             link.inflight[msg_id] = call
             tg.start_soon(self._run_request, link, msg, call)
@@ -93,11 +95,139 @@ class GatewayService:
         else:
             self._handle_client_reply(link, msg)
 
-    async def _run_request(self, link: ClientLink, msg: wire.Message, call: InflightCall) -> None:
+    # -- the fast path --------------------------------------------------------
+    def _try_fast(self, link: ClientLink, msg: wire.Message) -> bool:
+        """Serve a request without a task when nothing in it can wait: a local
+        answer, or a plain forward on a live session whose reply the upstream
+        reader shapes and writes back. False leaves it to the task path (the
+        MRTR bridge, lease waits, session start-up, level changes, retries on
+        -32022 or input_required are all handled there)."""
+        profile = self.pool.profile
+        if profile is None or not self.pool.settled:
+            return False
+        decision = routing.route_request(
+            msg, link.session, profile, self.config.cache_hint("server/discover")
+        )
+        if isinstance(decision, routing.Reply):
+            if decision.opens_session is not None:
+                return False  # rare, and worth its log line
+            link.send_nowait(decision.message)
+            return True
+        if decision.method == "logging/setLevel":
+            return False
+        if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
+            return False
+        session = self.pool.session_now(link.principal, decision.client_capabilities)
+        if session is None or session.profile is None or session.profile.era is not profile.era:
+            return False
+        if session.log_level_needed(decision.log_level) is not None:
+            return False
+        shared = self._lease_needed(link, decision, session)
+        if shared is None:
+            return False
+        msg_id: wire.RequestId = msg["id"]
+        params: dict[str, Any] | None = decision.params
+        token = _progress_token(params)
+        upstream_token = None
+        if token is not None:
+            upstream_token = session.progress_token(link, token)
+            params = _with_progress_token(params, upstream_token)
+        if shared:
+            session.lease.readers += 1
+
+        def finish() -> None:
+            link.call_ended(msg_id)
+            if shared:
+                session.lease.release_shared()
+            if upstream_token is not None:
+                session.progress.pop(upstream_token, None)
+
+        def on_reply(reply: wire.Message) -> None:
+            finish()
+            if decision.shape is routing.Shape.TO_LEGACY and (
+                _is_unsupported_version(reply) or _is_input_required(reply)
+            ):
+                # Rare turns that need waiting: a task takes the call from here.
+                call = InflightCall(anyio.CancelScope(), decision.log_level)
+                link.inflight[msg_id] = call
+                assert self._tg is not None
+                self._tg.start_soon(self._continue, link, msg, call, decision, session, reply)
+                return
+            try:
+                link.send_nowait(self._shape(decision, reply, msg_id, session))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                log.debug("client went away before its answer", id=msg_id)
+
+        try:
+            upstream_id = session.start_call(
+                decision.method,
+                params,
+                on_reply,
+                timeout=self.config.request_timeout,
+                owner=link,
+                log_level=decision.log_level,
+            )
+        except UpstreamGone:
+            finish()
+            return False
+
+        def cancel() -> None:
+            session.abandon_call(upstream_id, "cancelled by the client")
+            finish()
+
+        link.inflight[msg_id] = InflightCall(None, decision.log_level, cancel)
+        return True
+
+    def _lease_needed(
+        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+    ) -> bool | None:
+        """For the fast path: True to hold the lease shared, False for no
+        lease, None when the call must wait for it (the task path does that)."""
+        profile = session.profile
+        if profile is None or profile.era is not era.Era.LEGACY:
+            return False
+        if decision.method in _NO_SERVER_REQUESTS:
+            return False
+        exclusive = (
+            link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES))
+        )
+        if exclusive or not session.lease.can_share_now():
+            return None
+        return True
+
+    async def _continue(
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        call: InflightCall,
+        decision: routing.Forward,
+        session: UpstreamSession,
+        reply: wire.Message,
+    ) -> None:
+        """A fast-path call whose reply needs more work: -32022 (re-discover and
+        retry once) or input_required for a legacy client (the MRTR loop)."""
+
+        async def answer(_call: InflightCall) -> wire.Message | None:
+            return await self._after_reply(link, msg, decision, session, reply)
+
+        await self._run_request(link, msg, call, answer)
+
+    # -- the task path ---------------------------------------------------------
+    async def _run_request(
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        call: InflightCall,
+        answer: Callable[[InflightCall], Awaitable[wire.Message | None]] | None = None,
+    ) -> None:
         msg_id = msg["id"]
+        assert call.scope is not None
         try:
             with call.scope:
-                reply = await self._answer(link, msg, call)
+                if answer is None:
+                    reply = await self._answer(link, msg, call)
+                else:
+                    reply = await answer(call)
                 if reply is not None:
                     await link.send(reply)
             if call.scope.cancelled_caught:
@@ -112,8 +242,11 @@ class GatewayService:
     ) -> wire.Message | None:
         msg_id = msg["id"]
         try:
-            with anyio.fail_after(self.config.startup_timeout):
-                profile = await self.pool.ready()
+            if self.pool.settled and self.pool.profile is not None:
+                profile = self.pool.profile
+            else:
+                with anyio.fail_after(self.config.startup_timeout):
+                    profile = await self.pool.ready()
         except (UpstreamUnavailable, TimeoutError) as exc:
             return wire.gateway_error(
                 msg_id,
@@ -138,12 +271,36 @@ class GatewayService:
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
             reply = await self._leased_forward(link, decision, session)
+        except UpstreamTimeout as exc:
+            return wire.gateway_error(
+                msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
+            )
+        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+            return wire.gateway_error(
+                msg_id,
+                wire.INTERNAL_ERROR,
+                f"Upstream server failed: {exc}",
+                reason="upstream-failed",
+            )
+        return await self._after_reply(link, msg, decision, session, reply)
+
+    async def _after_reply(
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        decision: routing.Forward,
+        session: UpstreamSession,
+        reply: wire.Message,
+    ) -> wire.Message | None:
+        msg_id = msg["id"]
+        try:
             if decision.shape is routing.Shape.TO_LEGACY and _is_unsupported_version(reply):
                 # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
                 profile = await self.pool.rediscover()
-                decision = self._route(link, msg, profile)
-                if isinstance(decision, routing.Reply):
-                    return decision.message
+                redo = self._route(link, msg, profile)
+                if isinstance(redo, routing.Reply):
+                    return redo.message
+                decision = redo
                 reply = await self._leased_forward(link, decision, session)
             if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
                 reply = await self.legacy_input.complete(link, decision, session, reply)
@@ -158,13 +315,7 @@ class GatewayService:
                 f"Upstream server failed: {exc}",
                 reason="upstream-failed",
             )
-        return routing.shape_reply(
-            decision,
-            reply,
-            msg_id,
-            session.profile or profile,
-            self.config.cache_hint(decision.method),
-        )
+        return self._shape(decision, reply, msg_id, session)
 
     def _route(
         self, link: ClientLink, msg: wire.Message, profile: UpstreamProfile
@@ -272,7 +423,9 @@ class GatewayService:
             params = msg.get("params") or {}
             target = params.get("requestId")
             call = link.inflight.get(target) if wire.is_request_id(target) else None  # type: ignore[arg-type]
-            if call is not None:
+            if call is not None and call.cancel is not None:
+                call.cancel()
+            elif call is not None and call.scope is not None:
                 # The task's cancellation sends the upstream its own
                 # notifications/cancelled with the upstream id, and no reply
                 # goes to the client (2026-07-28 "Cancellation", "Behavior Requirements").
@@ -449,6 +602,18 @@ class GatewayService:
         link = route.owner
         if isinstance(link, ClientLink):
             await _send_quietly(link, wire.notification("notifications/progress", params))
+
+    # -- batching ----------------------------------------------------------
+    def cork(self) -> None:
+        for link in self.links:
+            link.cork()
+
+    def uncork(self) -> None:
+        for link in list(self.links):
+            try:
+                link.uncork()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                log.debug("client output closed", link=link.id)
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None

@@ -23,6 +23,9 @@ class SessionLease:
         self._changed.set()
         self._changed = anyio.Event()
 
+    def can_share_now(self) -> bool:
+        return self.holder is None and not self._waiting_writers
+
     async def acquire_shared(self) -> None:
         while self.holder is not None or self._waiting_writers:  # each pass waits for a change
             await self._changed.wait()
@@ -30,7 +33,8 @@ class SessionLease:
 
     def release_shared(self) -> None:
         self.readers -= 1
-        self._notify()
+        if self._waiting_writers and not self.readers:
+            self._notify()
 
     async def acquire_exclusive(self, holder: object) -> None:
         self._waiting_writers += 1

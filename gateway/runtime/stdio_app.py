@@ -23,10 +23,13 @@ log = structlog.get_logger("gateway.stdio")
 async def serve_stdio(config: Config, in_fd: int = 0, out_fd: int = 1) -> int:
     front = StdioFront(in_fd, out_fd, max_bytes=config.max_message_bytes)
     service = GatewayService(config)
-    link = ClientLink(send=front.send)
+    link = ClientLink(
+        send=front.send, send_nowait=front.send_nowait, cork=front.cork, uncork=front.uncork
+    )
     service.links.add(link)
     stopping = _Stopping(service)
     async with anyio.create_task_group() as root:
+        root.start_soon(front.run_flusher)
         root.start_soon(service.start, root)
         root.start_soon(stopping.watch_signals)
         async with anyio.create_task_group() as requests:
@@ -35,6 +38,7 @@ async def serve_stdio(config: Config, in_fd: int = 0, out_fd: int = 1) -> int:
             stopping.begin()
             await _drain(link, config.shutdown_grace, stopping.hurry)
             requests.cancel_scope.cancel()
+        await front.flush(config.shutdown_grace)
         await service.aclose()
         root.cancel_scope.cancel()
     log.info("gateway stopped")
@@ -74,20 +78,29 @@ async def _read_loop(
 ) -> None:
     while True:  # ends at end of input (or when the reading scope is cancelled)
         try:
-            item = await front.receive()
+            batch = await front.receive_batch()
         except anyio.EndOfStream:
             log.info("client closed stdin; shutting down")
             return
-        if isinstance(item, BadLine):
-            log.warning("bad input from client", reason=item.reason)
-            if item.reply is not None:
-                await front.send(item.reply)
-            continue
+        # Everything this read produces, for the client and for the server,
+        # leaves in one write each.
+        front.cork()
+        service.pool.cork()
         try:
-            await service.handle_client_message(link, item, requests)
+            for item in batch:
+                if isinstance(item, BadLine):
+                    log.warning("bad input from client", reason=item.reason)
+                    if item.reply is not None:
+                        front.send_nowait(item.reply)
+                    continue
+                await service.handle_client_message(link, item, requests)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             log.info("client stopped reading; shutting down")
             return
+        finally:
+            service.pool.uncork()
+            front.uncork()
+        await front.drain()
 
 
 async def _drain(link: ClientLink, grace: float, hurry: anyio.Event) -> None:

@@ -18,6 +18,7 @@ from gateway.config import Config
 from gateway.core import era_probe, legacy_handshake
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.upstream_session import (
+    Corker,
     ServerMessageHandler,
     SessionKey,
     UpstreamGone,
@@ -43,8 +44,11 @@ class ServerConnection(Protocol):
     tap: Callable[[str, wire.Message], None] | None
 
     async def send(self, msg: wire.Message) -> None: ...
-    async def receive(self) -> wire.Message: ...
-    async def pump_stderr(self) -> None: ...
+    def send_nowait(self, msg: wire.Message) -> None: ...
+    def cork(self) -> None: ...
+    def uncork(self) -> None: ...
+    async def receive_batch(self) -> list[wire.Message]: ...
+    async def run_background(self) -> None: ...
     async def aclose(self, grace: float = ...) -> int | None: ...
     def terminate(self) -> None: ...
 
@@ -71,8 +75,10 @@ class UpstreamPool:
         handler: ServerMessageHandler,
         tap: Callable[[str, wire.Message], None] | None = None,
         connect: Connector | None = None,
+        corker: Corker | None = None,
     ) -> None:
         self.config = config
+        self._corker = corker
         self._tap = tap
         self._connect = connect or self._spawn_process
         self._handler = handler
@@ -133,6 +139,14 @@ class UpstreamPool:
         for process in [*self._closing, *self._processes.values()]:
             process.terminate()
 
+    def cork(self) -> None:
+        for process in self._processes.values():
+            process.cork()
+
+    def uncork(self) -> None:
+        for process in list(self._processes.values()):
+            process.uncork()
+
     # -- choosing a session ----------------------------------------------
     def _default_key(self, principal: str) -> SessionKey:
         return SessionKey(principal, frozenset(FEATURES))
@@ -144,12 +158,21 @@ class UpstreamPool:
             return self._default_key(principal)
         return SessionKey(principal, frozenset(f for f in FEATURES if f in client_caps))
 
+    @property
+    def settled(self) -> bool:
+        return self._ready.is_set() and self.profile is not None
+
+    def session_now(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession | None:
+        """The live session for a call, if it exists already (the fast path)."""
+        session = self.sessions.get(self.key_for(principal, client_caps))
+        return session if session is not None and session.alive else None
+
     async def session_for(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession:
+        session = self.session_now(principal, client_caps) if self.settled else None
+        if session is not None:
+            return session
         await self.ready()
         key = self.key_for(principal, client_caps)
-        session = self.sessions.get(key)
-        if session is not None and session.alive:
-            return session
         with anyio.fail_after(self.config.startup_timeout):
             async with self._lock:
                 session = self.sessions.get(key)
@@ -232,12 +255,13 @@ class UpstreamPool:
         session = UpstreamSession(process, key, label=f"pid {process.pid}")
         self._processes[session] = process
         assert self._tg is not None
-        self._tg.start_soon(process.pump_stderr)
+        self._tg.start_soon(process.run_background)
         self._tg.start_soon(self._supervise, session, process)
+        self._tg.start_soon(session.run_sweeper, _sweep_interval(self.config.request_timeout))
         return session
 
     async def _supervise(self, session: UpstreamSession, process: ServerConnection) -> None:
-        await session.run_reader(self._handler)
+        await session.run_reader(self._handler, self._corker)
         if self._processes.pop(session, None) is None:
             return  # retired on purpose
         if self.sessions.get(session.key) is session:
@@ -355,6 +379,12 @@ class UpstreamPool:
             await self._discover(session, era.NEWEST_MODERN)
         assert self.profile is not None
         return self.profile
+
+
+def _sweep_interval(request_timeout: float) -> float:
+    # Timeouts of fast-path calls are checked this often: fine enough for a
+    # bound measured in seconds, cheap enough to ignore.
+    return min(1.0, max(request_timeout / 10, 0.05))
 
 
 def _describe(exc: BaseException) -> str:

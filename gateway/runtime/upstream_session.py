@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -29,7 +29,16 @@ class SessionKey:
 
 class Channel(Protocol):
     async def send(self, msg: wire.Message) -> None: ...
-    async def receive(self) -> wire.Message: ...
+    def send_nowait(self, msg: wire.Message) -> None: ...
+    async def receive_batch(self) -> list[wire.Message]: ...
+
+
+class Corker(Protocol):
+    """What the reader corks while it handles one read's messages, so that all
+    they produce leaves in one write (the client links)."""
+
+    def cork(self) -> None: ...
+    def uncork(self) -> None: ...
 
 
 class UpstreamGone(Exception):
@@ -44,12 +53,30 @@ class UpstreamTimeout(Exception):
     pass
 
 
+ReplyCallback = Callable[[wire.Message], None]
+
+
 @dataclass(slots=True)
 class PendingCall:
+    """A request sent upstream. Awaited calls wait on `done`; fast-path calls
+    get `on_reply` run by the reader, and the sweeper bounds them."""
+
     owner: object | None
     log_level: str | None
-    done: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event | None = None
     reply: wire.Message | None = None
+    on_reply: ReplyCallback | None = None
+    deadline: float = 0.0
+    method: str = ""
+
+    def settle(self, reply: wire.Message) -> None:
+        if self.on_reply is not None:
+            callback, self.on_reply = self.on_reply, None
+            callback(reply)
+        else:
+            self.reply = reply
+            if self.done is not None:
+                self.done.set()
 
 
 @dataclass(slots=True)
@@ -92,8 +119,7 @@ class UpstreamSession:
         pending = self.pending.get(msg_id)
         if pending is None:
             return
-        pending.reply = reply
-        pending.done.set()
+        pending.settle(reply)
         await self._cancel_upstream(msg_id, reason)
 
     def next_id(self) -> int:
@@ -125,14 +151,15 @@ class UpstreamSession:
         if self.closed_reason is not None:
             raise UpstreamGone(self.closed_reason)
         msg_id = self.next_id()
-        pending = PendingCall(owner, log_level)
+        done = anyio.Event()
+        pending = PendingCall(owner, log_level, done, method=method)
         self.pending[msg_id] = pending
         sent = False
         try:
             await self.channel.send(wire.request(msg_id, method, params))
             sent = True
             with anyio.fail_after(timeout):
-                await pending.done.wait()
+                await done.wait()
         except TimeoutError:
             await self._cancel_upstream(msg_id, f"no reply within {timeout:g}s")
             raise UpstreamTimeout(f"upstream did not answer {method} within {timeout:g}s") from None
@@ -148,6 +175,66 @@ class UpstreamSession:
         if pending.reply is None:
             raise UpstreamGone(self.closed_reason or "upstream connection ended")
         return pending.reply
+
+    def start_call(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        on_reply: ReplyCallback,
+        *,
+        timeout: float,
+        owner: object | None = None,
+        log_level: str | None = None,
+    ) -> int:
+        """Send a request without waiting: the reader runs `on_reply` with the
+        answer (or a gateway error if the server exits or the sweeper finds it
+        overdue). The fast path for plain forwarding: no task, no scope."""
+        if self.closed_reason is not None:
+            raise UpstreamGone(self.closed_reason)
+        msg_id = self.next_id()
+        self.pending[msg_id] = PendingCall(
+            owner,
+            log_level,
+            on_reply=on_reply,
+            deadline=anyio.current_time() + timeout,
+            method=method,
+        )
+        try:
+            self.channel.send_nowait(wire.request(msg_id, method, params))
+        except Exception as exc:
+            self.pending.pop(msg_id, None)
+            raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
+        return msg_id
+
+    def abandon_call(self, msg_id: int, reason: str) -> None:
+        """The client gave up on a fast-path call: drop it and tell the server."""
+        if self.pending.pop(msg_id, None) is not None and self.closed_reason is None:
+            try:
+                self.channel.send_nowait(
+                    wire.notification(
+                        "notifications/cancelled", {"requestId": msg_id, "reason": reason}
+                    )
+                )
+            except Exception as exc:  # the connection is dying; the call is over anyway
+                log.debug("could not send cancellation upstream", error=str(exc))
+
+    async def run_sweeper(self, interval: float) -> None:
+        """Bound fast-path calls: fail those past their deadline."""
+        while self.closed_reason is None:  # each pass sleeps `interval`
+            await anyio.sleep(interval)
+            now = anyio.current_time()
+            overdue = [i for i, p in self.pending.items() if p.on_reply and p.deadline <= now]
+            for msg_id in overdue:
+                pending = self.pending[msg_id]
+                self.abandon_call(msg_id, "no reply in time")
+                pending.settle(
+                    wire.gateway_error(
+                        0,
+                        wire.INTERNAL_ERROR,
+                        f"upstream did not answer {pending.method} in time",
+                        reason="upstream-timeout",
+                    )
+                )
 
     async def _cancel_upstream(self, msg_id: int, reason: str) -> None:
         self.pending.pop(msg_id, None)
@@ -172,24 +259,36 @@ class UpstreamSession:
         if self.closed_reason is None:
             await self.channel.send(msg)
 
-    async def run_reader(self, on_server_message: ServerMessageHandler) -> None:
+    async def run_reader(
+        self, on_server_message: ServerMessageHandler, corker: Corker | None = None
+    ) -> None:
         """Deliver replies to their calls and everything else to the handler,
         until the connection ends; then fail every pending call."""
         reason = "upstream connection ended"
         try:
             while True:  # ends when the channel raises at end of stream
-                msg = await self.channel.receive()
-                if "method" in msg:
-                    await on_server_message(self, msg)
-                    continue
-                msg_id = msg.get("id")
-                pending = self.pending.pop(msg_id, None) if isinstance(msg_id, int) else None
-                if pending is None:
-                    # A late reply to a call we gave up on (timeout, cancel, probe).
-                    log.debug("reply to no pending call dropped", id=msg_id, session=self.label)
-                    continue
-                pending.reply = msg
-                pending.done.set()
+                batch = await self.channel.receive_batch()
+                if corker is not None:
+                    corker.cork()
+                try:
+                    for msg in batch:
+                        if "method" in msg:
+                            await on_server_message(self, msg)
+                            continue
+                        msg_id = msg.get("id")
+                        pending = (
+                            self.pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+                        )
+                        if pending is None:
+                            # A late reply to a call we gave up on (timeout, cancel, probe).
+                            log.debug(
+                                "reply to no pending call dropped", id=msg_id, session=self.label
+                            )
+                            continue
+                        pending.settle(msg)
+                finally:
+                    if corker is not None:
+                        corker.uncork()
         except Exception as exc:
             reason = str(exc) or type(exc).__name__
         finally:
@@ -198,10 +297,17 @@ class UpstreamSession:
     def close(self, reason: str) -> None:
         if self.closed_reason is None:
             self.closed_reason = reason
-        for pending in self.pending.values():
-            pending.done.set()
+        pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
+        failure = wire.gateway_error(
+            0, wire.INTERNAL_ERROR, f"Upstream server failed: {reason}", reason="upstream-failed"
+        )
+        for call in pending:
+            if call.on_reply is not None:
+                call.settle(failure)
+            elif call.done is not None:
+                call.done.set()
 
     def log_level_needed(self, level: str | None) -> str | None:
         """The level to set upstream before a request asking `level`, if any.
