@@ -30,7 +30,12 @@ from gateway.core import mrtr_bridge as core
 from gateway.core.request_state import Sealer, StateRejected, params_digest
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink
-from gateway.runtime.upstream_session import UpstreamGone, UpstreamSession, UpstreamTimeout
+from gateway.runtime.upstream_session import (
+    UpstreamGone,
+    UpstreamSession,
+    UpstreamTimeout,
+    failure_reply,
+)
 
 log = structlog.get_logger("gateway.mrtr")
 
@@ -190,17 +195,8 @@ class MrtrBridge:
                     entry.reply = await self._forward(
                         entry.link, entry.decision, entry.session, ceiling
                     )
-                except UpstreamTimeout as exc:
-                    entry.reply = wire.gateway_error(
-                        0, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
-                    )
-                except UpstreamGone as exc:
-                    entry.reply = wire.gateway_error(
-                        0,
-                        wire.INTERNAL_ERROR,
-                        f"Upstream server failed: {exc}",
-                        reason="upstream-failed",
-                    )
+                except (UpstreamGone, UpstreamTimeout) as exc:
+                    entry.reply = failure_reply(exc)
         finally:
             entry.session.lease.release_exclusive(entry)
             entry.finished.set()

@@ -24,6 +24,7 @@ from gateway.runtime.upstream_session import (
     UpstreamGone,
     UpstreamSession,
     UpstreamTimeout,
+    failure_reply,
 )
 
 log = structlog.get_logger("gateway")
@@ -271,17 +272,8 @@ class GatewayService:
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
             reply = await self._leased_forward(link, decision, session)
-        except UpstreamTimeout as exc:
-            return wire.gateway_error(
-                msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
-            )
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
-            return wire.gateway_error(
-                msg_id,
-                wire.INTERNAL_ERROR,
-                f"Upstream server failed: {exc}",
-                reason="upstream-failed",
-            )
+        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+            return failure_reply(exc, msg_id)
         return await self._after_reply(link, msg, decision, session, reply)
 
     async def _after_reply(
@@ -304,17 +296,8 @@ class GatewayService:
                 reply = await self._leased_forward(link, decision, session)
             if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
                 reply = await self.legacy_input.complete(link, decision, session, reply)
-        except UpstreamTimeout as exc:
-            return wire.gateway_error(
-                msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout"
-            )
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
-            return wire.gateway_error(
-                msg_id,
-                wire.INTERNAL_ERROR,
-                f"Upstream server failed: {exc}",
-                reason="upstream-failed",
-            )
+        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+            return failure_reply(exc, msg_id)
         return self._shape(decision, reply, msg_id, session)
 
     def _route(

@@ -53,6 +53,15 @@ class UpstreamTimeout(Exception):
     pass
 
 
+def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Message:
+    """The client's answer when its upstream call could not complete."""
+    if isinstance(exc, UpstreamTimeout):
+        return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout")
+    return wire.gateway_error(
+        msg_id, wire.INTERNAL_ERROR, f"Upstream server failed: {exc}", reason="upstream-failed"
+    )
+
+
 ReplyCallback = Callable[[wire.Message], None]
 
 
