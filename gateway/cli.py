@@ -27,7 +27,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         epilog="Everything after -- is the upstream server command (overrides [upstream] command).",
     )
     p.add_argument("--config", metavar="PATH", help="TOML config file (see config.example.toml)")
-    p.add_argument("--listen", help="where clients connect: stdio (default)")
+    p.add_argument("--listen", help="where clients connect: stdio (default) or HOST:PORT (HTTP)")
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="the upstream server's Streamable HTTP endpoint (instead of -- COMMAND)",
+    )
     p.add_argument(
         "--upstream-era",
         choices=["auto", "modern", "legacy"],
@@ -82,6 +87,7 @@ def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Conf
         "probe_timeout": ns.probe_timeout,
         "max_message_bytes": ns.max_message_bytes,
         "command": tuple(command) if command else None,
+        "upstream_url": ns.upstream,
     }
     return base.with_overrides(**overrides)
 
@@ -110,8 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = _build_config(ns, command)
     except config_mod.ConfigError as exc:
         parser.error(str(exc))
-    if not cfg.command:
-        parser.error("no upstream command: give it after -- or as [upstream] command in the config")
+    if not cfg.command and cfg.upstream_url is None:
+        parser.error(
+            "no upstream: give a command after --, or --upstream URL, or set them in the config"
+        )
     log_setup.configure(cfg.log_level, cfg.log_format)
     if sub == "probe":
         from gateway.probe_command import run_probe

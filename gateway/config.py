@@ -21,8 +21,10 @@ class ConfigError(Exception):
 class Config:
     # Downstream
     listen: str = "stdio"
-    # Upstream
+    # Upstream: a command to spawn (stdio back) or a URL (Streamable HTTP back)
     command: tuple[str, ...] = ()
+    upstream_url: str | None = None
+    upstream_headers: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     upstream_era: str = "auto"  # auto | modern | legacy
@@ -122,6 +124,8 @@ _KEYS: dict[tuple[str, str], str] = {
     ("gateway", "max_inflight_per_client"): "max_inflight_per_client",
     ("gateway", "shutdown_grace"): "shutdown_grace",
     ("upstream", "command"): "command",
+    ("upstream", "url"): "upstream_url",
+    ("upstream", "headers"): "upstream_headers",
     ("upstream", "cwd"): "cwd",
     ("upstream", "exit_grace"): "upstream_exit_grace",
     ("upstream", "env"): "env",
