@@ -82,9 +82,14 @@ class Config:
         if self.log_format not in ("console", "json"):
             raise ConfigError(f"log_format must be console or json, not {self.log_format!r}")
         if self.listen != "stdio":
-            raise ConfigError(
-                f"listen: only 'stdio' is supported in this version, not {self.listen!r}"
-            )
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(f"listen must be 'stdio' or HOST:PORT, not {self.listen!r}")
+        url = self.upstream_url
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
+        if url is not None and self.command:
+            raise ConfigError("give the upstream as a command or as a url, not both")
         if self.max_sessions < 1:
             raise ConfigError("max_sessions must be at least 1")
         for name in (
