@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import anyio
@@ -13,6 +14,11 @@ from gateway import wire
 from gateway.core.routing import LegacyClientSession
 
 _link_ids = itertools.count(1)
+
+# The client request a task is working for. Transports with a stream per
+# request (HTTP) use it to put a server request or notification on the stream
+# of the call it belongs to.
+CURRENT_REQUEST: ContextVar[wire.RequestId | None] = ContextVar("current_request", default=None)
 
 
 @dataclass(slots=True)

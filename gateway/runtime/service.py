@@ -15,7 +15,12 @@ from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing
 from gateway.core.profile import UpstreamProfile
-from gateway.runtime.client_link import ClientLink, ForwardedServerRequest, InflightCall
+from gateway.runtime.client_link import (
+    CURRENT_REQUEST,
+    ClientLink,
+    ForwardedServerRequest,
+    InflightCall,
+)
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.upstream_pool import Connector, UpstreamPool, UpstreamUnavailable
@@ -223,6 +228,7 @@ class GatewayService:
     ) -> None:
         msg_id = msg["id"]
         assert call.scope is not None
+        CURRENT_REQUEST.set(msg_id)
         try:
             with call.scope:
                 if answer is None:
@@ -403,16 +409,9 @@ class GatewayService:
     async def _handle_client_notification(self, link: ClientLink, msg: wire.Message) -> None:
         method = msg["method"]
         if method == "notifications/cancelled":
-            params = msg.get("params") or {}
-            target = params.get("requestId")
-            call = link.inflight.get(target) if wire.is_request_id(target) else None  # type: ignore[arg-type]
-            if call is not None and call.cancel is not None:
-                call.cancel()
-            elif call is not None and call.scope is not None:
-                # The task's cancellation sends the upstream its own
-                # notifications/cancelled with the upstream id, and no reply
-                # goes to the client (2026-07-28 "Cancellation", "Behavior Requirements").
-                call.scope.cancel()
+            target = (msg.get("params") or {}).get("requestId")
+            if isinstance(target, str | int):
+                self.cancel_request(link, target)
             return
         profile = self.pool.profile
         if profile is None:
@@ -426,6 +425,30 @@ class GatewayService:
             await session.notify(upstream_msg["method"], upstream_msg.get("params"))
         except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
             log.warning("client notification not delivered upstream", method=method, error=str(exc))
+
+    def cancel_request(self, link: ClientLink, msg_id: wire.RequestId) -> None:
+        """The client gave up on a request (stdio notifications/cancelled, or a
+        closed HTTP response stream): the upstream is told with its own
+        notifications/cancelled and no reply goes to the client (2026-07-28
+        "Cancellation", "Behavior Requirements")."""
+        call = link.inflight.get(msg_id)
+        if call is None:
+            return
+        if call.cancel is not None:
+            call.cancel()
+        elif call.scope is not None:
+            call.scope.cancel()
+
+    def drop_link(self, link: ClientLink) -> None:
+        """A client connection or session is over: cancel what it still runs."""
+        for msg_id in list(link.inflight):
+            self.cancel_request(link, msg_id)
+        for forwarded in link.server_requests.values():
+            forwarded.done.set()
+        self.links.discard(link)
+
+    def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
+        self._handle_client_reply(link, msg)
 
     def _handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
         msg_id = msg.get("id")
