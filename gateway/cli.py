@@ -125,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.probe_command import run_probe
 
         return anyio.run(run_probe, cfg)
+    if cfg.listen != "stdio":
+        from gateway.runtime.http_app import serve_http
+
+        return anyio.run(serve_http, cfg)
     from gateway.runtime.stdio_app import serve_stdio
 
     return anyio.run(serve_stdio, cfg)

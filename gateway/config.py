@@ -59,6 +59,14 @@ class Config:
     max_parked_calls: int = 1000
     replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
     static_roots: tuple[dict[str, Any], ...] = ()  # answers roots/list outside any call
+    # HTTP front (--listen HOST:PORT)
+    http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+    http_allowed_origins: tuple[str, ...] = ()
+    http_tokens: dict[str, str] = field(default_factory=dict)  # principal -> bearer token
+    http_forward_authorization: bool = False
+    http_max_sessions: int = 1000
+    http_session_idle: float = 1800.0
+    http_max_concurrent: int = 64  # requests in progress per principal
     # Logging
     log_level: str = "info"
     log_format: str = "console"  # console | json
@@ -142,6 +150,13 @@ _KEYS: dict[tuple[str, str], str] = {
     ("upstream", "request_timeout"): "request_timeout",
     ("upstream", "restart_backoff_initial"): "restart_backoff_initial",
     ("upstream", "restart_backoff_max"): "restart_backoff_max",
+    ("http", "allowed_hosts"): "http_allowed_hosts",
+    ("http", "allowed_origins"): "http_allowed_origins",
+    ("http", "tokens"): "http_tokens",
+    ("http", "forward_authorization"): "http_forward_authorization",
+    ("http", "max_sessions"): "http_max_sessions",
+    ("http", "session_idle"): "http_session_idle",
+    ("http", "max_concurrent"): "http_max_concurrent",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",
     ("mrtr", "state_ttl"): "state_ttl",
@@ -181,7 +196,11 @@ def load(path: str | Path | None) -> Config:
 
 def _coerce(name: str, value: Any, where: str) -> Any:
     kind = str(_TYPES[name])
-    if name in ("command", "replay_tools"):
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false")
+        return value
+    if name in ("command", "replay_tools", "http_allowed_hosts", "http_allowed_origins"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings")
         if name == "command" and not value:

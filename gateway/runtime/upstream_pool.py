@@ -111,6 +111,10 @@ class UpstreamPool:
         finally:
             self._ready.set()
 
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
     async def ready(self) -> UpstreamProfile:
         await self._ready.wait()
         if self.profile is None:

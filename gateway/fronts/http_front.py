@@ -1,0 +1,536 @@
+"""The downstream Streamable HTTP transport: an ASGI app at /mcp serving both
+eras on one endpoint (2026-07-28 and 2025-11-25 basic/transports), plus
+/healthz, /readyz and /metrics.
+
+It frames, authenticates and routes; the gateway service decides. A modern
+POST is one request on an ephemeral client link; a legacy `initialize` mints a
+session (Mcp-Session-Id) whose link lives until DELETE or idle expiry.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import orjson
+import structlog
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from gateway import era, wire
+from gateway.core import http_binding
+from gateway.core.routing import LegacyClientSession
+from gateway.fronts.http_output import HttpOutput
+from gateway.runtime.client_link import ClientLink
+from gateway.runtime.metrics import Metrics
+from gateway.runtime.service import GatewayService
+
+log = structlog.get_logger("gateway.fronts.http")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+KEEPALIVE = 15.0
+ENDPOINT = "/mcp"
+
+
+@dataclass(eq=False)
+class LegacySession:
+    id: str
+    link: ClientLink
+    output: HttpOutput
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class HttpError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: int = wire.INVALID_REQUEST,
+        msg_id: wire.RequestId | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = wire.error_response(msg_id, code, message)
+
+
+class HttpFront:
+    def __init__(self, service: GatewayService, metrics: Metrics) -> None:
+        self.service = service
+        self.config = service.config
+        self.metrics = metrics
+        self.sessions: dict[str, LegacySession] = {}
+        self._busy: dict[str, int] = {}
+        self._tools: dict[str, dict[str, str]] = {}
+        self.tg: TaskGroup | None = None
+
+    # -- ASGI ----------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        try:
+            if path == "/healthz":
+                await _respond(send, 200, {"status": "alive"})
+            elif path == "/readyz":
+                await self._readyz(send)
+            elif path == "/metrics":
+                await _respond_text(
+                    send, 200, self.metrics.render(self), "text/plain; version=0.0.4"
+                )
+            elif path != ENDPOINT:
+                await _respond(
+                    send, 404, wire.error_response(None, wire.METHOD_NOT_FOUND, "Not found")
+                )
+            else:
+                headers = _headers(scope)
+                self._check_origin(headers)
+                principal = self._principal(headers)
+                if method == "POST":
+                    await self._post(headers, principal, receive, send)
+                elif method == "GET":
+                    await self._get(headers, principal, receive, send)
+                elif method == "DELETE":
+                    await self._delete(headers, principal, send)
+                else:
+                    raise HttpError(405, "Method not allowed")
+        except HttpError as exc:
+            self.metrics.count_http_error(exc.status)
+            await _respond(send, exc.status, exc.body)
+
+    async def _readyz(self, send: Send) -> None:
+        pool = self.service.pool
+        if pool.settled and pool.profile is not None:
+            await _respond(
+                send,
+                200,
+                {
+                    "status": "ready",
+                    "era": pool.profile.era.value,
+                    "server": pool.profile.server_info,
+                },
+            )
+        else:
+            reason = pool.failure or "upstream era not settled yet"
+            await _respond(send, 503, {"status": "not ready", "reason": reason})
+
+    # -- security (2026-07-28 streamable-http "Security Warning") ---------------
+    def _check_origin(self, headers: dict[str, str]) -> None:
+        host = headers.get("host", "")
+        if _hostname(host) not in self.config.http_allowed_hosts:
+            raise HttpError(403, f"Forbidden: host {host!r} is not allowed")
+        origin = headers.get("origin")
+        if origin is None:
+            return
+        if origin in self.config.http_allowed_origins:
+            return
+        if _hostname(urlsplit(origin).netloc) not in self.config.http_allowed_hosts:
+            raise HttpError(403, f"Forbidden: origin {origin!r} is not allowed")
+
+    def _principal(self, headers: dict[str, str]) -> str:
+        tokens = self.config.http_tokens
+        if not tokens:
+            return "anonymous"
+        auth = headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() == "bearer":
+            for name, expected in tokens.items():
+                if hmac.compare_digest(token.strip().encode(), expected.encode()):
+                    return name
+        raise HttpError(401, "Unauthorized: a valid bearer token is required")
+
+    # -- POST --------------------------------------------------------------------
+    async def _post(
+        self, headers: dict[str, str], principal: str, receive: Receive, send: Send
+    ) -> None:
+        if not http_binding.accepts_json_and_sse(headers.get("accept")):
+            raise HttpError(
+                406, "Not Acceptable: Accept must list application/json and text/event-stream"
+            )
+        ctype = headers.get("content-type", "")
+        if not ctype.split(";")[0].strip().lower() == "application/json":
+            raise HttpError(415, "Unsupported Media Type: the body must be application/json")
+        body = await _read_body(receive, self.config.max_message_bytes)
+        try:
+            msg = wire.decode(body)
+        except wire.InvalidMessage as exc:
+            raise HttpError(
+                400,
+                exc.reason,
+                wire.PARSE_ERROR if exc.reason == "not JSON" else wire.INVALID_REQUEST,
+            ) from None
+        kind = wire.kind_of(msg)
+        session_id = headers.get("mcp-session-id")
+        header_version = headers.get("mcp-protocol-version", "").strip()
+        modern = session_id is None and (
+            era.is_modern(msg) or header_version in era.MODERN_VERSIONS
+        )
+        if kind is not wire.Kind.REQUEST:
+            await self._post_other(msg, kind, session_id, principal, modern, send)
+            return
+        if modern:
+            await self._modern_request(headers, principal, msg, receive, send)
+        elif session_id is None and msg["method"] == "initialize":
+            await self._initialize(principal, msg, receive, send)
+        else:
+            session = self._session(session_id, principal, msg.get("id"))
+            await self._stream_request(
+                session.link, session.output, msg, receive, send, modern=False
+            )
+
+    async def _post_other(
+        self,
+        msg: wire.Message,
+        kind: wire.Kind,
+        session_id: str | None,
+        principal: str,
+        modern: bool,
+        send: Send,
+    ) -> None:
+        """Notifications and the client's answers to server requests: 202."""
+        if session_id is not None:
+            session = self._session(session_id, principal, None)
+            if kind is wire.Kind.NOTIFICATION:
+                assert self.tg is not None
+                await self.service.handle_client_message(session.link, msg, self.tg)
+            else:
+                self.service.handle_client_reply(session.link, msg)
+        elif not modern:
+            raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
+        await _respond_empty(send, 202)
+
+    async def _modern_request(
+        self,
+        headers: dict[str, str],
+        principal: str,
+        msg: wire.Message,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        if not era.is_modern(msg):
+            # A modern header over a body without the per-request fields
+            # (2026-07-28 "Per-request protocol fields": -32602, HTTP 400).
+            await _respond(
+                send,
+                400,
+                wire.error_response(
+                    msg.get("id"),
+                    wire.INVALID_PARAMS,
+                    f"Invalid params: _meta[{era.PROTOCOL_VERSION!r}] and "
+                    f"_meta[{era.CLIENT_CAPABILITIES!r}] are required",
+                ),
+            )
+            return
+        problem = None
+        if era.is_modern(msg):
+            name = (msg.get("params") or {}).get("name")
+            problem = http_binding.check_modern_headers(
+                headers, msg, self._tools.get(name) if isinstance(name, str) else None
+            )
+        if problem is not None:
+            self.metrics.count_http_error(400)
+            await _respond(send, 400, problem)
+            return
+        output = HttpOutput()
+        link = ClientLink(
+            send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
+        )
+        self.service.links.add(link)
+        try:
+            await self._stream_request(link, output, msg, receive, send, modern=True)
+        finally:
+            self.service.drop_link(link)
+
+    async def _initialize(
+        self, principal: str, msg: wire.Message, receive: Receive, send: Send
+    ) -> None:
+        if len(self.sessions) >= self.config.http_max_sessions:
+            raise HttpError(503, "Too many sessions", wire.INTERNAL_ERROR, msg.get("id"))
+        output = HttpOutput()
+        link = ClientLink(
+            send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
+        )
+        session = LegacySession(secrets.token_urlsafe(24), link, output)
+        self.service.links.add(link)
+        opened: list[LegacyClientSession | None] = []
+
+        def extra(reply: wire.Message) -> list[tuple[bytes, bytes]]:
+            opened.append(link.session)
+            if link.session is None:
+                return []
+            self.sessions[session.id] = session
+            log.info("http session opened", session=session.id[:8], principal=principal)
+            return [(b"mcp-session-id", session.id.encode())]
+
+        try:
+            await self._stream_request(
+                link, output, msg, receive, send, modern=False, extra_headers=extra
+            )
+        finally:
+            if not opened or opened[0] is None:
+                self.service.drop_link(link)
+
+    def _session(
+        self, session_id: str | None, principal: str, msg_id: wire.RequestId | None
+    ) -> LegacySession:
+        if session_id is None:
+            raise HttpError(400, "Bad Request: Mcp-Session-Id header is required", msg_id=msg_id)
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise HttpError(404, "Session not found", msg_id=msg_id)
+        if session.link.principal != principal:
+            raise HttpError(404, "Session not found", msg_id=msg_id)
+        session.last_seen = time.monotonic()
+        return session
+
+    async def _stream_request(
+        self,
+        link: ClientLink,
+        output: HttpOutput,
+        msg: wire.Message,
+        receive: Receive,
+        send: Send,
+        *,
+        modern: bool,
+        extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None = None,
+    ) -> None:
+        """Run one request and answer it: JSON when the reply is all there is,
+        an SSE stream when something comes first. Closing the stream cancels."""
+        msg_id = msg["id"]
+        busy = self._busy.get(link.principal, 0)
+        if busy >= self.config.http_max_concurrent:
+            raise HttpError(429, "Too many requests in progress", wire.INTERNAL_ERROR, msg_id)
+        self._busy[link.principal] = busy + 1
+        started = time.perf_counter()
+        stream = output.open(msg)
+        assert self.tg is not None
+        try:
+            await self.service.handle_client_message(link, msg, self.tg)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                reply = await self._answer(stream, send, msg_id, modern, extra_headers)
+                tg.cancel_scope.cancel()
+            if reply is None:
+                self.service.cancel_request(link, msg_id)
+            else:
+                self._observe(reply)
+                self.metrics.observe_request(
+                    msg["method"], link, reply, time.perf_counter() - started
+                )
+        finally:
+            output.close(msg_id)
+            self._busy[link.principal] -= 1
+
+    async def _answer(
+        self,
+        stream: MemoryObjectReceiveStream[wire.Message],
+        send: Send,
+        msg_id: wire.RequestId,
+        modern: bool,
+        extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+    ) -> wire.Message | None:
+        first = await stream.receive()
+        if _is_reply_to(first, msg_id):
+            extra = extra_headers(first) if extra_headers else []
+            status = http_binding.status_for(first) if modern else 200
+            await _respond(send, status, first, extra)
+            return first
+        extra = extra_headers(first) if extra_headers else []
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    *extra,
+                ],
+            }
+        )
+        msg = first
+        while True:  # ends with the reply (or when the client goes)
+            await send({"type": "http.response.body", "body": _sse(msg), "more_body": True})
+            if _is_reply_to(msg, msg_id):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return msg
+            with anyio.move_on_after(KEEPALIVE) as idle:
+                msg = await stream.receive()
+            if idle.cancelled_caught:
+                await send(
+                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
+                )
+                msg = await stream.receive()
+
+    def _observe(self, reply: wire.Message) -> None:
+        """Remember x-mcp-header annotations from tools/list results, to
+        validate Mcp-Param-* headers of later calls."""
+        result = reply.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if isinstance(tools, list):
+            for tool in tools:
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    self._tools[tool["name"]] = http_binding.param_headers(tool)
+
+    # -- GET / DELETE (legacy sessions) ---------------------------------------------
+    async def _get(
+        self, headers: dict[str, str], principal: str, receive: Receive, send: Send
+    ) -> None:
+        session_id = headers.get("mcp-session-id")
+        if session_id is None:
+            # 2026-07-28: no GET endpoint for modern clients.
+            raise HttpError(405, "Method not allowed: use POST (or subscriptions/listen)")
+        if "text/event-stream" not in headers.get("accept", ""):
+            raise HttpError(406, "Not Acceptable: GET needs Accept: text/event-stream")
+        session = self._session(session_id, principal, None)
+        stream = session.output.open_get()
+        if stream is None:
+            raise HttpError(409, "Conflict: this session already has a GET stream")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                while True:  # ends when the client goes or the session ends
+                    with anyio.move_on_after(KEEPALIVE):
+                        try:
+                            msg = await stream.receive()
+                        except anyio.EndOfStream:
+                            break
+                        await send(
+                            {"type": "http.response.body", "body": _sse(msg), "more_body": True}
+                        )
+                        continue
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": b": keep-alive\n\n",
+                            "more_body": True,
+                        }
+                    )
+                tg.cancel_scope.cancel()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            session.output.close_get()
+
+    async def _delete(self, headers: dict[str, str], principal: str, send: Send) -> None:
+        session_id = headers.get("mcp-session-id")
+        if session_id is None:
+            raise HttpError(405, "Method not allowed: no session to end")
+        session = self._session(session_id, principal, None)
+        self.end_session(session, "deleted by the client")
+        await _respond_empty(send, 200)
+
+    def end_session(self, session: LegacySession, why: str) -> None:
+        self.sessions.pop(session.id, None)
+        self.service.drop_link(session.link)
+        session.output.close_all()
+        log.info("http session ended", session=session.id[:8], why=why)
+
+    async def expire_idle_sessions(self) -> None:
+        """End legacy sessions nobody used for `http_session_idle` seconds."""
+        idle = self.config.http_session_idle
+        while True:  # each pass sleeps a tenth of the idle limit
+            await anyio.sleep(min(idle / 10, 60))
+            cutoff = time.monotonic() - idle
+            for session in list(self.sessions.values()):
+                if session.last_seen < cutoff and not session.link.inflight:
+                    self.end_session(session, "idle")
+
+
+def _is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
+    return "method" not in msg and msg.get("id") == msg_id
+
+
+def _sse(msg: wire.Message) -> bytes:
+    return b"event: message\ndata: " + orjson.dumps(msg) + b"\n\n"
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _hostname(netloc: str) -> str:
+    if netloc.startswith("["):
+        return netloc[1:].split("]", maxsplit=1)[0]
+    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:  # ends with the last body chunk
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise HttpError(400, "Bad Request: the client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """2026-07-28 "Cancellation": a closed response stream cancels the request."""
+    while True:  # ends at the disconnect
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _respond(
+    send: Send, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    data = orjson.dumps(body)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *(extra or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _respond_text(send: Send, status: int, text: str, ctype: str) -> None:
+    data = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", ctype.encode()),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _respond_empty(send: Send, status: int) -> None:
+    await send(
+        {"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]}
+    )
+    await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,50 @@
+"""The gateway as an HTTP sidecar: uvicorn serves the ASGI front on
+HOST:PORT, the service and its upstream run in the same task tree. uvicorn
+handles SIGTERM/SIGINT (stop accepting, finish open requests); then the
+upstream is stopped like in stdio mode."""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+import uvicorn
+
+from gateway.config import Config
+from gateway.fronts.http_front import HttpFront
+from gateway.runtime.metrics import Metrics
+from gateway.runtime.service import GatewayService
+
+log = structlog.get_logger("gateway.http")
+
+
+async def serve_http(config: Config) -> int:
+    host, _, port = config.listen.rpartition(":")
+    host = host.strip("[]")
+    service = GatewayService(config)
+    front = HttpFront(service, Metrics())
+    server = uvicorn.Server(
+        uvicorn.Config(
+            front,
+            host=host,
+            port=int(port),
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            http="httptools",
+            loop="asyncio",
+            timeout_graceful_shutdown=int(config.shutdown_grace) or 1,
+            h11_max_incomplete_event_size=config.max_message_bytes,
+        )
+    )
+    async with anyio.create_task_group() as root:
+        front.tg = root
+        root.start_soon(service.start, root)
+        root.start_soon(front.expire_idle_sessions)
+        log.info("listening", url=f"http://{config.listen}/mcp")
+        await server.serve()
+        for session in list(front.sessions.values()):
+            front.end_session(session, "gateway shutting down")
+        await service.aclose()
+        root.cancel_scope.cancel()
+    log.info("gateway stopped")
+    return 0

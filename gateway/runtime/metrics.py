@@ -1,0 +1,107 @@
+"""Prometheus metrics for the HTTP front's /metrics (text exposition 0.0.4)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from gateway import wire
+from gateway.runtime.client_link import ClientLink
+
+if TYPE_CHECKING:
+    from gateway.fronts.http_front import HttpFront
+
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, str, str]] = Counter()
+        self.http_errors: Counter[int] = Counter()
+        self.latency_buckets: Counter[tuple[str, float]] = Counter()
+        self.latency_sum: dict[str, float] = {}
+        self.latency_count: Counter[str] = Counter()
+
+    def observe_request(
+        self,
+        method: str,
+        link: ClientLink,
+        reply: wire.Message,
+        seconds: float,
+        upstream_era: str = "",
+    ) -> None:
+        path = f"{'legacy' if link.session is not None else 'modern'}->{upstream_era or 'upstream'}"
+        error = reply.get("error")
+        result = reply.get("result")
+        if isinstance(error, dict):
+            outcome = "error"
+        elif isinstance(result, dict) and result.get("resultType") == "input_required":
+            outcome = "input_required"
+        else:
+            outcome = "ok"
+        self.requests[(path, method, outcome)] += 1
+        self.latency_sum[path] = self.latency_sum.get(path, 0.0) + seconds
+        self.latency_count[path] += 1
+        for bound in BUCKETS:
+            if seconds <= bound:
+                self.latency_buckets[(path, bound)] += 1
+
+    def count_http_error(self, status: int) -> None:
+        self.http_errors[status] += 1
+
+    def render(self, front: HttpFront) -> str:
+        service = front.service
+        pool = service.pool
+        lines = [
+            "# HELP mcp_gateway_requests_total Requests answered, by era path, method and outcome.",
+            "# TYPE mcp_gateway_requests_total counter",
+        ]
+        for (path, method, outcome), n in sorted(self.requests.items()):
+            labels = f'path="{path}",method="{method}",outcome="{outcome}"'
+            lines.append(f"mcp_gateway_requests_total{{{labels}}} {n}")
+        lines += [
+            "# HELP mcp_gateway_request_seconds Time from request to answer, by era path.",
+            "# TYPE mcp_gateway_request_seconds histogram",
+        ]
+        for path in sorted(self.latency_count):
+            for bound in BUCKETS:
+                n = self.latency_buckets[(path, bound)]
+                lines.append(
+                    f'mcp_gateway_request_seconds_bucket{{path="{path}",le="{bound}"}} {n}'
+                )
+            count = self.latency_count[path]
+            lines.append(f'mcp_gateway_request_seconds_bucket{{path="{path}",le="+Inf"}} {count}')
+            lines.append(
+                f'mcp_gateway_request_seconds_sum{{path="{path}"}} {self.latency_sum[path]:.6f}'
+            )
+            lines.append(f'mcp_gateway_request_seconds_count{{path="{path}"}} {count}')
+        lines += [
+            "# HELP mcp_gateway_http_errors_total Requests refused at the HTTP layer, by status.",
+            "# TYPE mcp_gateway_http_errors_total counter",
+            *(
+                f'mcp_gateway_http_errors_total{{status="{s}"}} {n}'
+                for s, n in sorted(self.http_errors.items())
+            ),
+            "# HELP mcp_gateway_sessions Legacy client sessions open on the HTTP front.",
+            "# TYPE mcp_gateway_sessions gauge",
+            f"mcp_gateway_sessions {len(front.sessions)}",
+            "# HELP mcp_gateway_upstream_sessions Upstream sessions (processes or HTTP sessions).",
+            "# TYPE mcp_gateway_upstream_sessions gauge",
+            f"mcp_gateway_upstream_sessions {len(pool.sessions)}",
+            "# HELP mcp_gateway_parked_calls Calls parked waiting for client input (MRTR).",
+            "# TYPE mcp_gateway_parked_calls gauge",
+            f"mcp_gateway_parked_calls {len(service.bridge.held)}",
+            "# HELP mcp_gateway_mrtr_rounds_total Input rounds bridged, by direction.",
+            "# TYPE mcp_gateway_mrtr_rounds_total counter",
+            f'mcp_gateway_mrtr_rounds_total{{direction="to_modern_client"}} '
+            f"{service.bridge.rounds}",
+            f'mcp_gateway_mrtr_rounds_total{{direction="to_legacy_client"}} '
+            f"{service.legacy_input.rounds}",
+            "# HELP mcp_gateway_upstream_restarts_total Upstream exits followed by a restart.",
+            "# TYPE mcp_gateway_upstream_restarts_total counter",
+            f"mcp_gateway_upstream_restarts_total {pool.restarts}",
+            "# HELP mcp_gateway_upstream_ready Whether the upstream's era is settled.",
+            "# TYPE mcp_gateway_upstream_ready gauge",
+            f"mcp_gateway_upstream_ready {1 if pool.settled and pool.profile else 0}",
+        ]
+        return "\n".join(lines) + "\n"
