@@ -20,6 +20,9 @@ def send(msg: dict) -> None:
 for line in sys.stdin:
     msg = json.loads(line)
     if "id" not in msg:
+        if msg.get("method") == "notifications/cancelled" and os.environ.get("FLAKY_LOG"):
+            with open(os.environ["FLAKY_LOG"], "a") as log:
+                log.write(json.dumps(msg) + "\n")
         continue
     method, params = msg["method"], msg.get("params") or {}
     if method == "initialize":
@@ -36,6 +39,16 @@ for line in sys.stdin:
         )
     elif method == "tools/call":
         name = params.get("name")
+        if name == "progress":
+            token = (params.get("_meta") or {}).get("progressToken")
+            if token is not None:
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": 1, "total": 1},
+                    }
+                )
         if name == "crash":
             os._exit(3)
         if name == "stderr":

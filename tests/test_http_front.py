@@ -1,0 +1,266 @@
+"""The HTTP front over real HTTP (2026-07-28 basic/transports/streamable-http:
+"Security Warning", "Sending Messages", "Protocol Version Header", "Request
+Metadata", "Server Validation"; 2025-11-25 basic/transports "Session Management")."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+FLAKY = [sys.executable, str(HERE / "servers" / "flaky_server.py")]
+V = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": V,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+ACCEPT = "application/json, text/event-stream"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def gateway(
+    tmp_path: Path, *args: str, config: str = "", env: dict[str, str] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    port = free_port()
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(config)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway",
+        "--config",
+        str(cfg),
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+        *args,
+        "--",
+        *FLAKY,
+    ]
+    process = await anyio.open_process(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+            with anyio.fail_after(15):
+                while True:
+                    try:
+                        if (await client.get("/readyz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await anyio.sleep(0.05)
+            yield client
+    finally:
+        process.terminate()
+        with anyio.fail_after(10):
+            await process.wait()
+
+
+def modern_headers(method: str, name: str | None = None, **extra: str) -> dict[str, str]:
+    headers = {
+        "accept": ACCEPT,
+        "content-type": "application/json",
+        "mcp-protocol-version": V,
+        "mcp-method": method,
+    }
+    if name is not None:
+        headers["mcp-name"] = name
+    headers.update(extra)
+    return headers
+
+
+def call(msg_id: int, method: str, **params: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": method,
+        "params": {**params, "_meta": dict(META)},
+    }
+
+
+async def test_health_ready_and_metrics(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as c:
+        assert (await c.get("/healthz")).json() == {"status": "alive"}
+        ready = (await c.get("/readyz")).json()
+        assert ready["era"] == "legacy" and ready["server"]["name"] == "flaky"
+        await c.post(
+            "/mcp",
+            json=call(1, "tools/call", name="echo"),
+            headers=modern_headers("tools/call", "echo"),
+        )
+        text = (await c.get("/metrics")).text
+    assert "mcp_gateway_upstream_ready 1" in text
+    assert 'mcp_gateway_requests_total{path="modern->' in text
+
+
+async def test_modern_call_and_spec_status_codes(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as c:
+        ok = await c.post(
+            "/mcp",
+            json=call(1, "tools/call", name="echo"),
+            headers=modern_headers("tools/call", "echo"),
+        )
+        assert ok.status_code == 200 and ok.json()["result"]["resultType"] == "complete"
+        ping = await c.post("/mcp", json=call(2, "ping"), headers=modern_headers("ping"))
+        assert ping.status_code == 404 and ping.json()["error"]["code"] == -32601
+        wrong_name = await c.post(
+            "/mcp",
+            json=call(3, "tools/call", name="echo"),
+            headers=modern_headers("tools/call", "other"),
+        )
+        assert wrong_name.status_code == 400 and wrong_name.json()["error"]["code"] == -32020
+        assert wrong_name.json()["id"] == 3
+        no_method = await c.post(
+            "/mcp",
+            json=call(4, "tools/list"),
+            headers={
+                "accept": ACCEPT,
+                "content-type": "application/json",
+                "mcp-protocol-version": V,
+            },
+        )
+        assert no_method.status_code == 400 and no_method.json()["error"]["code"] == -32020
+        body = {"jsonrpc": "2.0", "id": 5, "method": "tools/list"}
+        no_meta = await c.post("/mcp", json=body, headers=modern_headers("tools/list"))
+        assert no_meta.status_code == 400 and no_meta.json()["error"]["code"] == -32602
+        old = call(6, "tools/list")
+        old["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2099-01-01"
+        unsupported = await c.post(
+            "/mcp",
+            json=old,
+            headers=modern_headers("tools/list", **{"mcp-protocol-version": "2099-01-01"}),
+        )
+        assert unsupported.status_code == 400
+        assert unsupported.json()["error"]["data"] == {"supported": [V], "requested": "2099-01-01"}
+        b64 = await c.post(
+            "/mcp",
+            json=call(7, "tools/call", name="echo"),
+            headers=modern_headers("tools/call", "=?base64?ZWNobw==?="),
+        )
+        assert b64.status_code == 200
+        assert (await c.get("/mcp", headers={"accept": "text/event-stream"})).status_code == 405
+        assert (await c.delete("/mcp")).status_code == 405
+
+
+async def test_bad_http_input(tmp_path: Path) -> None:
+    async with gateway(tmp_path, "--max-message-bytes", "2048") as c:
+        h = modern_headers("tools/list")
+        assert (await c.post("/mcp", content=b"{nope", headers=h)).json()["error"]["code"] == -32700
+        no_accept = {**h, "accept": "application/json"}
+        assert (
+            await c.post("/mcp", json=call(1, "tools/list"), headers=no_accept)
+        ).status_code == 406
+        text = {**h, "content-type": "text/plain"}
+        assert (await c.post("/mcp", json=call(1, "tools/list"), headers=text)).status_code == 415
+        big = call(1, "tools/call", name="echo", arguments={"x": "a" * 5000})
+        assert (await c.post("/mcp", json=big, headers=h)).status_code == 413
+        echo = call(1, "tools/call", name="echo")
+        h = modern_headers("tools/call", "echo")
+        evil = {**h, "origin": "http://evil.example"}
+        assert (await c.post("/mcp", json=echo, headers=evil)).status_code == 403
+        rebind = {**h, "host": "evil.example"}
+        assert (await c.post("/mcp", json=echo, headers=rebind)).status_code == 403
+        fine = {**h, "origin": f"http://127.0.0.1:{c.base_url.port}"}
+        assert (await c.post("/mcp", json=echo, headers=fine)).status_code == 200
+
+
+async def test_bearer_tokens_name_principals(tmp_path: Path) -> None:
+    async with gateway(tmp_path, config='[http]\ntokens = { alice = "s3cret" }\n') as c:
+        h = modern_headers("tools/call", "echo")
+        echo = call(1, "tools/call", name="echo")
+        assert (await c.post("/mcp", json=echo, headers=h)).status_code == 401
+        wrong = {**h, "authorization": "Bearer nope"}
+        assert (await c.post("/mcp", json=echo, headers=wrong)).status_code == 401
+        right = {**h, "authorization": "Bearer s3cret"}
+        assert (await c.post("/mcp", json=echo, headers=right)).status_code == 200
+
+
+async def test_legacy_session_lifecycle(tmp_path: Path) -> None:
+    h = {"accept": ACCEPT, "content-type": "application/json"}
+    async with gateway(tmp_path) as c:
+        init = await c.post(
+            "/mcp",
+            headers=h,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            },
+        )
+        sid = init.headers["mcp-session-id"]
+        assert len(sid) >= 16 and all(0x21 <= ord(ch) <= 0x7E for ch in sid)
+        sh = {**h, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await c.post("/mcp", headers=sh, json=note)).status_code == 202
+        listed = await c.post(
+            "/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        )
+        assert listed.json()["result"] == {}
+        tool = await c.post(
+            "/mcp",
+            headers=sh,
+            json={"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo"}},
+        )
+        assert "resultType" not in tool.json()["result"]
+        missing = await c.post(
+            "/mcp", headers=h, json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"}
+        )
+        assert missing.status_code == 400
+        unknown = await c.post(
+            "/mcp",
+            headers={**h, "mcp-session-id": "nope"},
+            json={"jsonrpc": "2.0", "id": 5, "method": "tools/list"},
+        )
+        assert unknown.status_code == 404
+        assert (await c.delete("/mcp", headers={"mcp-session-id": sid})).status_code == 200
+        gone = await c.post("/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 6, "method": "ping"})
+        assert gone.status_code == 404
+
+
+async def test_progress_comes_on_an_sse_stream_before_the_result(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as c:
+        msg = call(1, "tools/call", name="progress")
+        msg["params"]["_meta"]["progressToken"] = "tok"
+        reply = await c.post("/mcp", json=msg, headers=modern_headers("tools/call", "progress"))
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+    assert '"progressToken":"tok"' in events[0]
+    assert '"resultType":"complete"' in events[-1]
+
+
+async def test_closing_the_response_stream_cancels_upstream(tmp_path: Path) -> None:
+    log = tmp_path / "cancelled.log"
+    async with gateway(tmp_path, env={"FLAKY_LOG": str(log)}) as c:
+        msg = call(1, "tools/call", name="sleep", arguments={"seconds": 3})
+        with anyio.move_on_after(0.5):
+            await c.post("/mcp", json=msg, headers=modern_headers("tools/call", "sleep"))
+        with anyio.fail_after(5):
+            while not log.exists():  # noqa: ASYNC110 - another process writes it
+                await anyio.sleep(0.05)
+    assert "notifications/cancelled" in log.read_text()
