@@ -6,7 +6,11 @@
 Every "ready" cell of `cells.toml` is expanded into its client x server peer
 pairs, and every pair runs twice: DIRECT (the fixture client spawns the server)
 and THROUGH THE GATEWAY (the client spawns the gateway, which spawns the
-server). Each run has a hard timeout, runs in its own process group and is
+server). The MRTR clients get the cell's feature (`--feature F`) and each
+cell is judged on that feature's steps of the client's report; when all four
+MRTR cells of one client x server pair and route are planned, one client run
+with `--feature all` serves them (`--separate-features` runs one per cell).
+Each client run has a hard timeout, runs in its own process group and is
 tagged through its environment, so everything it started (including upstream
 servers that the gateway put in sessions of their own) is found and killed at
 the end. The exit status is 1 iff an observed outcome differs from the
@@ -58,6 +62,11 @@ FEATURES = (
     "roots",
     "notifications",
 )
+# The features the MRTR fixture clients check, one tools/call each; `--feature all`
+# is exactly these four. elicitation-url-required (the -32042 path) is a client
+# option that no cell has: tests run it with `find_run(..., feature_arg=...)`.
+MRTR_FEATURES = ("elicitation-form", "elicitation-url", "sampling", "roots")
+URL_REQUIRED = "elicitation-url-required"
 OUTCOMES = ("works", "fails", "n/a")
 STATUSES = ("ready", "not yet")
 # Set in every run's environment; the fixture clients hand their whole
@@ -86,6 +95,11 @@ class Peer:
     transports: tuple[str, ...]
     features: tuple[str, ...]
     unused: str | None = None
+
+    @property
+    def takes_feature(self) -> bool:
+        """An MRTR fixture client: its command has a {feature} placeholder."""
+        return "{feature}" in self.command
 
 
 @dataclass(frozen=True)
@@ -197,8 +211,14 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
     for peer in [*clients.values(), *servers.values()]:
         if peer.era not in ERAS:
             problems.append(f"{peer.role} {peer.name}: unknown era {peer.era!r}")
-        if peer.role == "client" and not peer.command.rstrip().endswith("{server}"):
-            problems.append(f"client {peer.name}: command must end with {{server}}")
+        if peer.role == "client" and shlex.split(peer.command)[-2:] != ["--", "{server}"]:
+            problems.append(f"client {peer.name}: command must end with `-- {{server}}`")
+        mrtr = set(peer.features) & set(MRTR_FEATURES)
+        if peer.role == "client" and bool(mrtr) != peer.takes_feature:
+            problems.append(
+                f"client {peer.name}: a client with MRTR features (and only one) "
+                "must take a {feature} placeholder"
+            )
     if "{server}" not in gateway_command.split():
         problems.append("[gateway].command must contain the {server} placeholder as a word")
 
@@ -323,15 +343,30 @@ class Context:
             "{timeout}": f"{self.client_timeout:g}",
         }
 
-    def expand(self, template: str, server: Sequence[str] = ()) -> list[str]:
-        """Split a command template into argv; the word `{server}` becomes `server`."""
+    def expand(
+        self,
+        template: str,
+        server: Sequence[str] = (),
+        *,
+        feature: str | None = None,
+        options: Sequence[str] = (),
+    ) -> list[str]:
+        """Split a command template into argv; the word `{server}` becomes `server`,
+        `{feature}` becomes `feature`, and `options` go just before the `--` that
+        precedes `{server}` (a client's extra options)."""
         words: list[str] = []
-        for word in shlex.split(template):
+        template_words = shlex.split(template)
+        values = self.placeholders()
+        if feature is not None:
+            values["{feature}"] = feature
+        for index, word in enumerate(template_words):
             if word == "{server}":
                 words.extend(server)
                 continue
+            if word == "--" and template_words[index + 1 : index + 2] == ["{server}"]:
+                words.extend(options)
             filled = word
-            for key, value in self.placeholders().items():
+            for key, value in values.items():
                 filled = filled.replace(key, value)
             words.append(filled)
         return words
@@ -346,21 +381,36 @@ class Run:
     client: Peer
     server: Peer
     via: Via
+    # What an MRTR client checks when not the cell's feature (elicitation-url-required).
+    feature_arg: str | None = None
+    options: tuple[str, ...] = ()  # extra client options, e.g. ("--check-errors",)
 
     @property
     def pair(self) -> str:
         return f"{self.client.name}>{self.server.name}"
 
     @property
+    def checks(self) -> str:
+        """The feature this run is judged on."""
+        return self.feature_arg or self.cell.feature
+
+    @property
     def key(self) -> str:
         """`<cell id>:<client>><server>@<via>`; --only matches against it."""
-        return f"{self.cell.id}:{self.pair}@{self.via}"
+        key = f"{self.cell.id}:{self.pair}@{self.via}"
+        extra = [self.feature_arg] if self.feature_arg else []
+        extra += self.options
+        return f"{key}[{' '.join(extra)}]" if extra else key
 
-    def argv(self, ctx: Context) -> list[str]:
+    def argv(self, ctx: Context, feature: str | None = None) -> list[str]:
+        """The client's command line; `feature` overrides what {feature} becomes
+        (`all` when one client run serves several cells)."""
         server = ctx.expand(self.server.command)
         if self.via == "gateway":
             server = ctx.expand(ctx.gateway_command, server)
-        return ctx.expand(self.client.command, server)
+        return ctx.expand(
+            self.client.command, server, feature=feature or self.checks, options=self.options
+        )
 
 
 @dataclass
@@ -376,7 +426,9 @@ class Observation:
     error: str | None = None
     leftovers: list[str] = field(default_factory=list)
     stderr_tail: list[str] = field(default_factory=list)
-    report: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None  # the client's whole report
+    shared: int = 1  # how many cell runs this one client run served (--feature all)
+    input_path: str | None = None  # MRTR: how the server's input requests reached the client
 
     @property
     def outcome(self) -> str:
@@ -391,7 +443,15 @@ class Observation:
             bits.append(self.protocol_version)
         if self.route:
             bits.append(f"via {self.route}")
-        return " ".join(bits)
+        text = " ".join(bits)
+        return f"{text}; {self.input_path}" if self.input_path else text
+
+    def steps(self, feature: str | None = None) -> list[dict[str, Any]]:
+        """The report's steps; with `feature`, only that feature's own steps."""
+        steps = [s for s in (self.report or {}).get("steps") or [] if isinstance(s, dict)]
+        if feature is None:
+            return steps
+        return [s for s in steps if _step_feature(s) == feature]
 
 
 def first_line(text: str, limit: int = 160) -> str:
@@ -477,9 +537,146 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_one(run: Run, ctx: Context) -> Observation:
-    """Run one client against one server (direct or through the gateway)."""
-    argv = run.argv(ctx)
+def _step_feature(step: dict[str, Any]) -> str | None:
+    """The MRTR feature a report step belongs to (`<feature>: ...`), else None."""
+    name = str(step.get("step", ""))
+    for feature in (*MRTR_FEATURES, URL_REQUIRED):
+        if name.startswith(f"{feature}: "):
+            return feature
+    return None
+
+
+def _input_path(steps: Sequence[dict[str, Any]]) -> str | None:
+    """How the input a tool needed reached the client, from its call step:
+    `input_required` rounds (the raw client: keys and methods, and whether a
+    requestState came along) or the callbacks the SDK called (method#request id;
+    a pushed request's JSON-RPC id, or the inputRequests key when the SDK ran the
+    MRTR rounds itself)."""
+    calls = [s for s in steps if not str(s.get("step", "")).endswith(" listed")]
+    bits: list[str] = []
+    for step in calls:
+        tool = str(step.get("step", "")).split(": ", 1)[-1]
+        rounds = step.get("rounds")
+        callbacks = step.get("callbacks")
+        if isinstance(rounds, list):
+            asked = [
+                f"{key}={method}"
+                for item in rounds
+                if isinstance(item, dict)
+                for key, method in (item.get("inputRequests") or {}).items()
+            ]
+            state = any(isinstance(i, dict) and i.get("requestState") for i in rounds)
+            bits.append(
+                f"{tool}: input_required x{len(rounds)} [{', '.join(asked)}]"
+                + (" +requestState" if state else "")
+                if rounds
+                else f"{tool}: no input_required"
+            )
+        elif isinstance(callbacks, list):
+            seen = [
+                f"{c.get('method')}#{c.get('request_id')}"
+                if c.get("request_id") is not None
+                else str(c.get("method"))
+                for c in callbacks
+                if isinstance(c, dict)
+            ]
+            bits.append(
+                f"{tool}: callbacks [{', '.join(seen)}]"
+                if seen
+                else f"{tool}: no callback during the call"
+            )
+    return "; ".join(bits) or None
+
+
+def _observe(
+    run: Run,
+    report: dict[str, Any] | None,
+    *,
+    duration: float,
+    exit_code: int | None,
+    timed_out: bool,
+    hard_timeout: float,
+    leftovers: list[str],
+    stderr: str,
+    first_stderr: str,
+    shared: int,
+) -> Observation:
+    """One run's observation from its client's report. A basic client's run works
+    iff its report is ok. An MRTR client's run is judged on the feature it
+    checks: every step that belongs to no feature (connect, tools/list, the
+    requestState checks, ...) and every step of this feature must pass, its
+    tool call must have run, and the client must not have died (timeout, crash,
+    an error outside the steps). Steps of the other features of a shared
+    `--feature all` run do not count."""
+    obs = Observation(
+        run,
+        ok=False,
+        duration=duration,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        leftovers=leftovers,
+        stderr_tail=stderr.strip().splitlines()[-20:],
+        report=report,
+        shared=shared,
+    )
+    if report is None:
+        obs.error = (
+            f"hard timeout after {hard_timeout:g}s"
+            if timed_out
+            else f"no JSON report (exit {exit_code}): {first_stderr or 'no stderr'}"
+        )
+        return obs
+    obs.era = report.get("era")
+    steps = obs.steps()
+    for item in steps:
+        if obs.protocol_version is None and isinstance(item.get("protocolVersion"), str):
+            obs.protocol_version = item["protocolVersion"]
+            obs.route = item.get("via")
+        versions = item.get("supportedVersions")
+        if obs.protocol_version is None and item.get("ok") and isinstance(versions, list):
+            # raw modern client: no negotiation, the discovered versions say it
+            obs.protocol_version = ",".join(str(v) for v in versions)
+            obs.route = "server/discover"
+    error = report.get("error")
+    if not run.client.takes_feature:
+        obs.ok = report.get("ok") is True and exit_code == 0 and not timed_out
+        if not obs.ok:
+            obs.error = first_line(str(error or f"exit {exit_code}"))
+        return obs
+
+    feature = run.checks
+    own = obs.steps(feature)
+    common = [s for s in steps if _step_feature(s) is None]
+    called = [s for s in own if not str(s.get("step", "")).endswith(" listed")]
+    failed = [s for s in [*common, *own] if not s.get("ok")]
+    # The client's own error, unless it only names a failed step (judged above).
+    fatal = error is not None and not str(error).startswith("failed step: ")
+    obs.input_path = _input_path(own)
+    if timed_out:
+        obs.error = f"hard timeout after {hard_timeout:g}s"
+    elif failed:
+        first = failed[0]
+        detail = first.get("error") or first.get("text")
+        obs.error = first_line(f"failed step {first.get('step')}: {detail}")
+        if fatal:  # the client's own account says more (e.g. why discover failed)
+            obs.error = first_line(str(error))
+    elif fatal:
+        obs.error = first_line(str(error))
+    elif not called:
+        obs.error = f"the report has no {feature} tool call"
+    elif report.get("ok") is True and exit_code != 0:
+        obs.error = f"report ok, but exit {exit_code}"
+    else:
+        obs.ok = True
+    return obs
+
+
+def run_job(runs: Sequence[Run], ctx: Context) -> list[Observation]:
+    """One client process for `runs`: a single run, or the MRTR runs of one
+    client x server pair and route that `--feature all` serves together."""
+    first = runs[0]
+    feature = "all" if len(runs) > 1 else None
+    argv = first.argv(ctx, feature=feature)
     tag = uuid.uuid4().hex
     env = dict(os.environ, MCP_PEERS_DIR=str(ctx.peers), **{RUN_TAG_VAR: tag})
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -499,7 +696,10 @@ def run_one(run: Run, ctx: Context) -> Observation:
                 start_new_session=True,
             )
         except OSError as exc:
-            return Observation(run, ok=False, duration=0.0, exit_code=None, error=str(exc))
+            return [
+                Observation(run, ok=False, duration=0.0, exit_code=None, error=str(exc))
+                for run in runs
+            ]
         try:
             proc.wait(timeout=ctx.hard_timeout)
         except subprocess.TimeoutExpired:
@@ -512,40 +712,57 @@ def run_one(run: Run, ctx: Context) -> Observation:
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
     report = _parse_report(stdout)
-    obs = Observation(
-        run,
-        ok=False,
-        duration=duration,
-        exit_code=proc.returncode,
-        timed_out=timed_out,
-        leftovers=leftovers,
-        stderr_tail=stderr.strip().splitlines()[-20:],
-        report=report,
-    )
-    if report is None:
-        obs.error = (
-            f"hard timeout after {ctx.hard_timeout:g}s"
-            if timed_out
-            else f"no JSON report (exit {proc.returncode}): {first_line(stderr) or 'no stderr'}"
+    return [
+        _observe(
+            run,
+            report,
+            duration=duration,
+            exit_code=proc.returncode,
+            timed_out=timed_out,
+            hard_timeout=ctx.hard_timeout,
+            leftovers=leftovers,
+            stderr=stderr,
+            first_stderr=first_line(stderr),
+            shared=len(runs),
         )
-        return obs
-    obs.ok = report.get("ok") is True and proc.returncode == 0 and not timed_out
-    obs.era = report.get("era")
-    for step in report.get("steps") or []:
-        if not isinstance(step, dict):
-            continue
-        if obs.protocol_version is None and isinstance(step.get("protocolVersion"), str):
-            obs.protocol_version = step["protocolVersion"]
-            obs.route = step.get("via")
-        versions = step.get("supportedVersions")
-        if obs.protocol_version is None and step.get("ok") and isinstance(versions, list):
-            # raw modern client: no negotiation, the discovered versions say it
-            obs.protocol_version = ",".join(str(v) for v in versions)
-            obs.route = "server/discover"
-    if not obs.ok:
-        error = report.get("error") or f"exit {proc.returncode}"
-        obs.error = first_line(str(error))
-    return obs
+        for run in runs
+    ]
+
+
+def run_one(run: Run, ctx: Context) -> Observation:
+    """Run one client against one server (direct or through the gateway)."""
+    return run_job([run], ctx)[0]
+
+
+def group_runs(runs: Sequence[Run], group: bool = True) -> list[list[int]]:
+    """Indices of `runs`, one list per client process. With `group`, the four
+    MRTR cells' runs of one client x server pair, route and options share one
+    `--feature all` run; everything else (and an incomplete set of the four)
+    runs on its own."""
+    jobs: list[list[int]] = []
+    buckets: dict[tuple[str, str, str, tuple[str, ...]], list[int]] = {}
+    for index, run in enumerate(runs):
+        if (
+            group
+            and run.feature_arg is None
+            and run.cell.feature in MRTR_FEATURES
+            and run.client.takes_feature
+        ):
+            key = (run.client.name, run.server.name, run.via, run.options)
+            if key not in buckets:
+                buckets[key] = []
+                jobs.append(buckets[key])  # first appearance keeps its place
+            buckets[key].append(index)
+        else:
+            jobs.append([index])
+    split: list[list[int]] = []
+    for job in jobs:
+        features = sorted(runs[i].cell.feature for i in job)
+        if len(job) > 1 and features != sorted(MRTR_FEATURES):
+            split.extend([i] for i in job)
+        else:
+            split.append(job)
+    return split
 
 
 def run_many(
@@ -553,23 +770,27 @@ def run_many(
     ctx: Context,
     jobs: int = 2,
     progress: Callable[[int, int, Observation], None] | None = None,
+    *,
+    group: bool = True,
 ) -> list[Observation]:
-    """Run independent runs `jobs` at a time; results in the order of `runs`."""
+    """Run independent client runs `jobs` at a time (see `group_runs`);
+    observations in the order of `runs`."""
     results: list[Observation | None] = [None] * len(runs)
     done = 0
     lock = threading.Lock()
 
-    def one(index: int) -> None:
+    def one(indices: list[int]) -> None:
         nonlocal done
-        obs = run_one(runs[index], ctx)
+        observations = run_job([runs[i] for i in indices], ctx)
         with lock:
-            results[index] = obs
-            done += 1
-            if progress is not None:
-                progress(done, len(runs), obs)
+            for index, obs in zip(indices, observations, strict=True):
+                results[index] = obs
+                done += 1
+                if progress is not None:
+                    progress(done, len(runs), obs)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for future in [pool.submit(one, i) for i in range(len(runs))]:
+        for future in [pool.submit(one, job) for job in group_runs(runs, group)]:
             future.result()
     return [r for r in results if r is not None]
 
@@ -603,11 +824,22 @@ def plan(matrix: Matrix, only: str | None = None) -> list[Run]:
     return runs
 
 
-def find_run(matrix: Matrix, client: str, server: str, via: Via, feature: str = "basic") -> Run:
-    """The stdio x stdio run of this client/server pair for `feature`."""
+def find_run(
+    matrix: Matrix,
+    client: str,
+    server: str,
+    via: Via,
+    feature: str = "basic",
+    *,
+    feature_arg: str | None = None,
+    options: Sequence[str] = (),
+) -> Run:
+    """The stdio x stdio run of this client/server pair for `feature`'s cell.
+    `feature_arg` makes an MRTR client check something else under that cell's
+    expectations (elicitation-url-required); `options` are extra client options."""
     c, s = matrix.clients[client], matrix.servers[server]
     cell = matrix.cell(cell_id(c.era, s.era, "stdio", "stdio", feature))
-    return Run(cell, c, s, via)
+    return Run(cell, c, s, via, feature_arg=feature_arg, options=tuple(options))
 
 
 @dataclass(frozen=True)
@@ -648,11 +880,6 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def _tally(observations: Sequence[Observation], via: Via) -> str:
-    group = [o for o in observations if o.run.via == via]
-    return f"{via} works {sum(o.ok for o in group)}/{len(group)}"
-
-
 def render_report(
     matrix: Matrix,
     observations: Sequence[Observation],
@@ -680,6 +907,14 @@ def render_report(
     )
     add(f"- gateway: `{_md(matrix.gateway_command)}`")
     add(f"- client timeout {ctx.client_timeout:g} s, hard timeout {ctx.hard_timeout:g} s per run")
+    shared = [o for o in observations if o.shared > 1]
+    if shared:
+        processes = len(observations) - len(shared) + round(sum(1 / o.shared for o in shared))
+        add(
+            f"- {len(observations)} cell runs in {processes} client runs: the four MRTR "
+            "cells of one client x server pair and route share one `--feature all` "
+            "client run, and each cell is judged on its own feature's steps"
+        )
     if only:
         add(f"- filtered with `--only {_md(only)}`: {len(runs_planned)} runs")
     add("")
@@ -717,33 +952,70 @@ def render_report(
     add("")
 
     # era-level view of the ready cells
-    add("## By era (stdio front x stdio back, basic)")
+    add("## By era (stdio front x stdio back)")
     add("")
     add(
-        "Each entry: spec's direct outcome, then observed direct and through-the-gateway "
-        "passes over the peer pairs run."
+        "Each entry: the runs that work, direct / through the gateway, over the peer "
+        "pairs run for that cell (✓: every run as expected). The spec's direct outcome "
+        "is in the second column; through the gateway every cell must work."
     )
     add("")
-    add("| client \\ server | " + " | ".join(ERAS) + " |")
-    add("|---|" + "---|" * len(ERAS))
+    add("| client → server | spec, direct | " + " | ".join(FEATURES) + " |")
+    add("|---|---|" + "---|" * len(FEATURES))
     for ce in ERAS:
-        row = [f"**{ce}**"]
         for se in ERAS:
-            cell = matrix.cell(cell_id(ce, se, "stdio", "stdio", "basic"))
-            got = [o for o in observations if o.run.cell is cell]
-            if not got:
-                row.append(f"spec: {cell.direct}; not run")
-                continue
-            row.append(f"spec: {cell.direct}; " + "; ".join(_tally(got, via) for via in VIAS))
-        add("| " + " | ".join(row) + " |")
+            row = [
+                f"**{ce} → {se}**",
+                matrix.cell(cell_id(ce, se, "stdio", "stdio", "basic")).direct,
+            ]
+            for feature in FEATURES:
+                cell = matrix.cell(cell_id(ce, se, "stdio", "stdio", feature))
+                got = [o for o in observations if o.run.cell is cell]
+                if not got:
+                    row.append("not run" if cell.ready else "not yet")
+                    continue
+                tallies = []
+                for via in VIAS:
+                    group = [o for o in got if o.run.via == via]
+                    tallies.append(f"{sum(o.ok for o in group)}/{len(group)}")
+                good = all(verdicts[id(o)].matched for o in got)
+                row.append(" / ".join(tallies) + (" ✓" if good else " ✗"))
+            add("| " + " | ".join(row) + " |")
     add("")
+    if any(o.run.client.takes_feature for o in observations):
+        add(
+            "MRTR cells (elicitation-form, elicitation-url, sampling, roots): the client calls "
+            "the server's tool for the feature (fixtures: `ask_name`, `open_link`, "
+            "`summarize`, `list_my_roots`; server-everything: `trigger-elicitation-request`, "
+            "`trigger-url-elicitation`, `trigger-sampling-request`, `get-roots-list`), "
+            "answers what the server asks, and the tool result must carry the answer "
+            "(`Hello, Ada`, the URL elicitation accepted, `sampled-by-client`, "
+            "`file:///srv/compat`). The evidence column shows how the request reached "
+            "the client: `input_required` rounds with their `inputRequests` keys (modern "
+            "wire; gateway keys are `input-N`/`url-N`), or the callbacks the SDK ran with "
+            "the request id (a pushed request's JSON-RPC id, `gw-N` when the gateway "
+            "pushed it, or an `inputRequests` key when the modern SDK ran the rounds)."
+        )
+        add("")
+    notes: dict[str, list[str]] = {}
+    for cell in ready_cells:
+        if cell.note:
+            notes.setdefault(cell.note, []).append(cell.id)
+    if notes:
+        add("Notes on ready cells:")
+        add("")
+        for note, ids in notes.items():
+            add(f"- {_md(note)}: " + ", ".join(f"`{i}`" for i in ids))
+        add("")
 
     # the table
     add("## Runs")
     add("")
     add(
         "Observed eras are what the client reports; evidence is the negotiated "
-        "version (or the first line of the error). ✓ = as expected, ✗ = mismatch."
+        "version (or the first line of the error), and for MRTR cells how the input "
+        "reached the client. ✓ = as expected, ✗ = mismatch. A time with * is that of "
+        "a `--feature all` client run shared by the pair's four MRTR cells."
     )
     add("")
     add(
@@ -771,7 +1043,7 @@ def render_report(
                 continue
             verdict = verdicts[id(seen)]
             cols.append(f"{verdict.observed} {'✓' if verdict.matched else '✗'}")
-            times.append(f"{seen.duration:.1f}")
+            times.append(f"{seen.duration:.1f}" + ("*" if seen.shared > 1 else ""))
             evidence.append(f"{route}: {verdict.reason}")
         cols.append("/".join(times))
         cols.append(_md("; ".join(evidence)))
@@ -783,7 +1055,8 @@ def render_report(
         add("")
         for obs in mismatches:
             add(f"- `{obs.run.key}`: {_md(verdicts[id(obs)].reason)}")
-            add(f"  - command: `{_md(shlex.join(obs.run.argv(ctx)))}`")
+            argv = obs.run.argv(ctx, feature="all" if obs.shared > 1 else None)
+            add(f"  - command: `{_md(shlex.join(argv))}`")
             for line in obs.stderr_tail[-5:]:
                 add(f"  - stderr: `{_md(line[:200])}`")
         add("")
@@ -857,6 +1130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="TEMPLATE",
         help="gateway command template with a {server} word (default from cells.toml)",
     )
+    parser.add_argument(
+        "--separate-features",
+        action="store_true",
+        help="one client run per MRTR cell (default: one `--feature all` run serves the "
+        "four MRTR cells of a client x server pair and route)",
+    )
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
 
@@ -898,7 +1177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     started = time.monotonic()
-    observations = run_many(runs, ctx, jobs=jobs, progress=progress)
+    observations = run_many(
+        runs, ctx, jobs=jobs, progress=progress, group=not args.separate_features
+    )
     elapsed = time.monotonic() - started
     report = render_report(
         matrix, observations, only=args.only, elapsed=elapsed, jobs=jobs, ctx=ctx

@@ -21,10 +21,14 @@ import pytest
 
 from compat_matrix.run import (
     INSTALL_HINT,
+    MRTR_FEATURES,
     Context,
     Observation,
+    Run,
     Via,
+    _observe,
     find_run,
+    group_runs,
     judge,
     load_matrix,
     missing_peers,
@@ -218,5 +222,71 @@ def test_matrix_data_is_consistent() -> None:
     matrix = load_matrix()
     ready = [c for c in matrix.cells if c.ready]
     assert len(matrix.cells) == 3 * 3 * 2 * 2 * 6
-    assert {(c.front, c.back, c.feature) for c in ready} == {("stdio", "stdio", "basic")}
-    assert len(ready) == 9
+    # stdio x stdio: basic and the four MRTR features, every era combination
+    assert {(c.front, c.back) for c in ready} == {("stdio", "stdio")}
+    assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES}
+    assert len(ready) == 9 * 5
+    for cell in matrix.cells:
+        if "http" in (cell.front, cell.back):
+            assert not cell.ready and "#4" in cell.issues, cell.id
+        if cell.feature == "notifications":
+            assert not cell.ready and "#5" in cell.issues, cell.id
+
+
+def test_mrtr_runs_of_a_pair_share_one_client_run() -> None:
+    matrix = load_matrix()
+    runs = [find_run(matrix, "raw-mrtr", "py1", "gateway", f) for f in MRTR_FEATURES]
+    runs.append(find_run(matrix, "raw-modern", "py1", "gateway"))
+    runs.append(find_run(matrix, "raw-mrtr", "py1", "direct", "roots"))
+    assert group_runs(runs) == [[0, 1, 2, 3], [4], [5]]
+    assert group_runs(runs, group=False) == [[i] for i in range(6)]
+    assert group_runs(runs[1:]) == [[0], [1], [2], [3], [4]]  # three of four: one each
+    ctx = Context(peers=peers_dir())
+    assert "--feature" in (argv := runs[0].argv(ctx, feature="all"))
+    assert argv[argv.index("--feature") + 1] == "all"
+    checks = find_run(matrix, "raw-mrtr", "py1", "gateway", "roots", options=["--check-errors"])
+    argv = checks.argv(ctx)
+    assert argv[argv.index("--check-errors") + 1 : argv.index("--check-errors") + 2] == ["--"]
+    assert argv[argv.index("--feature") + 1] == "roots"
+
+
+def _fake(run: Run, report: dict[str, Any] | None, exit_code: int = 1) -> Observation:
+    return _observe(
+        run,
+        report,
+        duration=1.0,
+        exit_code=exit_code,
+        timed_out=False,
+        hard_timeout=50,
+        leftovers=[],
+        stderr="",
+        first_stderr="",
+        shared=4,
+    )
+
+
+def test_each_mrtr_cell_is_judged_on_its_own_steps() -> None:
+    matrix = load_matrix()
+    runs = {f: find_run(matrix, "raw-mrtr", "py1", "gateway", f) for f in MRTR_FEATURES}
+    steps: list[dict[str, Any]] = [{"step": "server/discover", "ok": True}]
+    for feature, tool in zip(
+        MRTR_FEATURES, ("ask_name", "open_link", "summarize", "list_my_roots"), strict=True
+    ):
+        steps.append({"step": f"{feature}: {tool} listed", "ok": True})
+        rounds = [{"inputRequests": {"input-1": "x/y"}, "requestState": True}]
+        steps.append({"step": f"{feature}: {tool}", "ok": feature != "sampling", "rounds": rounds})
+    report = {"ok": False, "era": "modern", "steps": steps, "error": "failed step: sampling: s"}
+    got = {f: _fake(run, report) for f, run in runs.items()}
+    assert [got[f].ok for f in MRTR_FEATURES] == [True, True, False, True]
+    assert "input_required x1 [input-1=x/y] +requestState" in got["roots"].evidence
+    assert "failed step sampling: summarize" in (got["sampling"].error or "")
+    # a step outside any feature, or an error of the client itself, fails them all
+    broken = dict(report, error="timeout after 30s")
+    assert not any(_fake(run, broken).ok for run in runs.values())
+    common = dict(report, steps=[*steps, {"step": "no server-to-client requests", "ok": False}])
+    assert not any(_fake(run, common).ok for run in runs.values())
+    # a feature whose call never ran does not pass
+    only_form = dict(report, ok=True, error=None, steps=steps[:3])
+    assert _fake(runs["elicitation-form"], only_form, 0).ok
+    assert not _fake(runs["roots"], only_form, 0).ok
+    assert not _fake(runs["roots"], None).ok
