@@ -1,0 +1,348 @@
+"""Streamable HTTP details of the HTTP back that need no I/O: the SSE parser,
+the request metadata headers (2026-07-28 streamable-http "Request Metadata",
+"Custom Headers from Tool Parameters", "Value Encoding"), and HTTP failures
+turned into JSON-RPC replies. Pure functions over bytes, strings and dicts.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import orjson
+
+from gateway import era, wire
+
+ACCEPT = "application/json, text/event-stream"
+SENTINEL_PREFIX = "=?base64?"
+SENTINEL_SUFFIX = "?="
+# Requests whose target is mirrored in Mcp-Name, and where it comes from.
+NAME_SOURCE = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# RFC 9110 §5.1 field-name token (`1*tchar`).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_PRIMITIVE = frozenset({"string", "integer", "boolean"})
+# Schema keywords whose values are instance data, not subschemas: an
+# "x-mcp-header" key inside a default value is data, not an annotation.
+_DATA_KEYWORDS = frozenset({"default", "examples", "example", "const", "enum"})
+# How much of a non-JSON-RPC error body is quoted in the error we make of it.
+_SNIPPET = 200
+
+
+# -- header values ------------------------------------------------------------
+def encode_value(value: str) -> str:
+    """A header value per "Value Encoding": as-is when it is plain visible
+    ASCII (spaces only inside), else the `=?base64?…?=` sentinel form; a plain
+    value that looks like the sentinel is encoded too, so it reads back as itself."""
+    plain = all(" " <= ch <= "~" for ch in value) and value == value.strip(" ")
+    looks_encoded = value.startswith(SENTINEL_PREFIX) and value.endswith(SENTINEL_SUFFIX)
+    if plain and not looks_encoded:
+        return value
+    return SENTINEL_PREFIX + base64.b64encode(value.encode()).decode("ascii") + SENTINEL_SUFFIX
+
+
+def header_text(value: object) -> str | None:
+    """An argument's header form ("Type conversion"), or None for no header."""
+    if value is None:
+        return None
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # an integer the JSON decoder saw as 42.0
+    if isinstance(value, str):
+        return value
+    return None  # not a primitive: the annotation cannot apply
+
+
+def _safe_token_value(value: object) -> str | None:
+    """A value for a header the spec gives no encoding (version, method)."""
+    if isinstance(value, str) and value and all("!" <= ch <= "~" for ch in value):
+        return value
+    return None
+
+
+# -- x-mcp-header annotations ---------------------------------------------------
+class InvalidAnnotation(ValueError):
+    """A tool whose `x-mcp-header` annotations break the spec's constraints."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderParam:
+    """One annotated argument: where it is in `arguments`, and its header name."""
+
+    path: tuple[str, ...]
+    name: str
+
+
+def tool_header_params(tool: dict[str, Any]) -> tuple[HeaderParam, ...]:
+    """The annotated arguments of a tool definition; InvalidAnnotation if any
+    annotation breaks 2026-07-28 "Schema Extension" (then the tool must be
+    excluded from tools/list)."""
+    found: list[HeaderParam] = []
+    _walk(tool.get("inputSchema"), (), True, found)
+    seen: set[str] = set()
+    for param in found:
+        key = param.name.lower()
+        if key in seen:
+            raise InvalidAnnotation(f"x-mcp-header {param.name!r} is used twice")
+        seen.add(key)
+    return tuple(found)
+
+
+def _walk(node: object, path: tuple[str, ...], reachable: bool, out: list[HeaderParam]) -> None:
+    """Collect annotations; `reachable` says the path from the root is made of
+    `properties` keys only ("statically reachable")."""
+    if isinstance(node, list):
+        for item in node:
+            _walk(item, path, False, out)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "x-mcp-header":
+            out.append(_annotation(node, value, path, reachable))
+        elif key == "properties" and isinstance(value, dict):
+            for name, sub in value.items():
+                _walk(sub, (*path, str(name)), reachable, out)
+        elif key not in _DATA_KEYWORDS:
+            _walk(value, path, False, out)
+
+
+def _annotation(
+    schema: dict[str, Any], name: object, path: tuple[str, ...], reachable: bool
+) -> HeaderParam:
+    where = "/".join(path) or "the schema root"
+    if not reachable or not path:
+        raise InvalidAnnotation(f"x-mcp-header at {where} is not statically reachable")
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        raise InvalidAnnotation(f"x-mcp-header {name!r} at {where} is not an HTTP token")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    # A schema without "type" cannot be shown to break the rule: accept it.
+    if any(k != "null" and k not in _PRIMITIVE for k in kinds):
+        raise InvalidAnnotation(f"x-mcp-header {name!r} at {where} is on a {kind!r} property")
+    return HeaderParam(path, name)
+
+
+def param_headers(params: tuple[HeaderParam, ...], arguments: object) -> dict[str, str]:
+    """The `Mcp-Param-*` headers of one call ("Client Behavior" 3-5): a value
+    absent or null at the annotated path means no header."""
+    headers: dict[str, str] = {}
+    for param in params:
+        value: object = arguments
+        for step in param.path:
+            value = value.get(step) if isinstance(value, dict) else None
+        text = header_text(value)
+        if text is not None:
+            headers[f"Mcp-Param-{param.name}"] = encode_value(text)
+    return headers
+
+
+def modern_headers(
+    msg: wire.Message, params_of: dict[str, tuple[HeaderParam, ...]]
+) -> dict[str, str]:
+    """MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* of a modern
+    request; `params_of` maps tool names to their annotated arguments."""
+    meta = era.meta_of(msg) or {}
+    headers: dict[str, str] = {}
+    version = _safe_token_value(meta.get(era.PROTOCOL_VERSION))
+    if version is not None:
+        headers["MCP-Protocol-Version"] = version
+    method = msg.get("method")
+    safe_method = _safe_token_value(method)
+    if safe_method is not None:
+        headers["Mcp-Method"] = safe_method
+    raw = msg.get("params")
+    params: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    source = NAME_SOURCE.get(method) if isinstance(method, str) else None
+    if source is not None and isinstance(params.get(source), str):
+        headers["Mcp-Name"] = encode_value(params[source])
+    if method == "tools/call" and isinstance(params.get("name"), str):
+        headers.update(param_headers(params_of.get(params["name"], ()), params.get("arguments")))
+    return headers
+
+
+def modern_meta(msg: wire.Message) -> dict[str, Any]:
+    """The protocol keys of a modern request's `_meta` (for a request of our own
+    made on its behalf, such as a tools/list refresh)."""
+    meta = era.meta_of(msg) or {}
+    return {k: v for k, v in meta.items() if k.startswith(era.PREFIX)}
+
+
+# -- HTTP failures as JSON-RPC replies --------------------------------------------
+def jsonrpc_error(body: bytes | None) -> wire.Message | None:
+    """The JSON-RPC error response in an HTTP error body, if there is one."""
+    if not body:
+        return None
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    error = value.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int):
+        return None
+    return value
+
+
+def is_modern_error(reply: wire.Message | None) -> bool:
+    """2026-07-28 "Backward Compatibility": a recognised modern error body means
+    the server speaks modern MCP, so no fallback to an older transport."""
+    if reply is None:
+        return False
+    return reply.get("error", {}).get("code") in (
+        wire.HEADER_MISMATCH,
+        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        wire.UNSUPPORTED_PROTOCOL_VERSION,
+    )
+
+
+def refusal_reply(msg_id: wire.RequestId, status: int, body: bytes | None) -> wire.Message:
+    """The reply a caller sees when the server refused a request with HTTP
+    `status`. A JSON-RPC error body is kept (so -32022/-32021/-32020 are seen
+    as such) under the request's id: mcp 1.x answers with the id "server-error"."""
+    error = jsonrpc_error(body)
+    if error is not None:
+        return {**error, "id": msg_id}
+    if status in (404, 405):
+        code = wire.METHOD_NOT_FOUND
+    elif 400 <= status < 500:
+        code = wire.INVALID_REQUEST
+    else:
+        code = wire.INTERNAL_ERROR
+    snippet = (body or b"")[:_SNIPPET].decode("utf-8", "replace").strip()
+    text = f"Upstream answered HTTP {status}" + (f": {snippet}" if snippet else "")
+    return wire.gateway_error(msg_id, code, text, reason="upstream-http", status=status)
+
+
+def failure_reply(msg_id: wire.RequestId, what: str) -> wire.Message:
+    """The reply to a request whose exchange failed below HTTP (connect, read,
+    a broken stream, an unreadable body)."""
+    return wire.gateway_error(
+        msg_id,
+        wire.INTERNAL_ERROR,
+        f"Upstream HTTP exchange failed: {what}",
+        reason="upstream-unreachable",
+    )
+
+
+# -- the deprecated HTTP+SSE transport (2024-11-05) ------------------------------
+def endpoint_url(base: str, data: str) -> str | None:
+    """The POST URL an `endpoint` event names, resolved against the SSE URL;
+    None unless it is on the same origin (our credentials go there)."""
+    target = urljoin(base, data.strip())
+    a, b = urlsplit(base), urlsplit(target)
+    if (a.scheme, a.hostname, a.port) != (b.scheme, b.hostname, b.port):
+        return None
+    return target
+
+
+# -- Server-Sent Events -------------------------------------------------------------
+@dataclass(slots=True)
+class SseEvent:
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+@dataclass(slots=True)
+class SseParser:
+    """Incremental text/event-stream parser (WHATWG "Parsing an event
+    stream"): any line ending, comments skipped, events over `max_bytes`
+    dropped as they stream past (counted in `oversized`)."""
+
+    max_bytes: int
+    oversized: int = 0
+    _buf: bytearray = field(default_factory=bytearray)
+    _data: list[str] = field(default_factory=list)
+    _size: int = 0
+    _event: str = ""
+    _id: str | None = None
+    _retry: int | None = None
+    _started: bool = False
+    _skipping: bool = False
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        self._buf += chunk
+        if not self._started and len(self._buf) >= 3:
+            self._started = True
+            if self._buf.startswith(b"\xef\xbb\xbf"):
+                del self._buf[:3]
+        out: list[SseEvent] = []
+        start = 0
+        while True:  # each pass takes one complete line
+            cr, lf = self._buf.find(b"\r", start), self._buf.find(b"\n", start)
+            ends = [i for i in (cr, lf) if i >= 0]
+            if not ends:
+                break
+            end = min(ends)
+            if end == cr:
+                if end + 1 == len(self._buf):
+                    break  # a CR at the end may be half of a CRLF
+                step = 2 if self._buf[end + 1] == 0x0A else 1
+            else:
+                step = 1
+            self._line(bytes(self._buf[start:end]), out)
+            start = end + step
+        del self._buf[:start]
+        if len(self._buf) > self.max_bytes:  # a line without end: stop buffering it
+            self._buf.clear()
+            self._skip()
+        return out
+
+    def close(self) -> list[SseEvent]:
+        """End of stream. The spec drops an event without its closing blank
+        line; we keep it, since a cut-off JSON body fails to decode anyway."""
+        out: list[SseEvent] = []
+        if self._buf:
+            self._line(bytes(self._buf.rstrip(b"\r")), out)
+            self._buf.clear()
+        self._line(b"", out)
+        return out
+
+    def _skip(self) -> None:
+        if not self._skipping:
+            self._skipping = True
+            self.oversized += 1
+        self._data.clear()
+
+    def _line(self, raw: bytes, out: list[SseEvent]) -> None:
+        if not raw:
+            self._dispatch(out)
+            return
+        if raw.startswith(b":"):
+            return  # a comment (keep-alive)
+        name, _, value = raw.decode("utf-8", "replace").partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._size += len(raw)
+            if self._size > self.max_bytes:
+                self._skip()
+            elif not self._skipping:
+                self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        elif name == "retry" and value.isdigit():
+            self._retry = int(value)
+
+    def _dispatch(self, out: list[SseEvent]) -> None:
+        if self._data and not self._skipping:
+            out.append(
+                SseEvent(self._event or "message", "\n".join(self._data), self._id, self._retry)
+            )
+        elif not self._skipping and self._retry is not None:
+            # A retry-only event still tells the client how long to wait.
+            out.append(SseEvent(self._event or "message", "", self._id, self._retry))
+        self._data.clear()
+        self._size = 0
+        self._event = ""
+        self._retry = None
+        self._skipping = False
