@@ -13,6 +13,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
+from gateway.backs.http_back import HttpConnector
 from gateway.backs.stdio_back import StdioServerProcess
 from gateway.config import Config
 from gateway.core import era_probe, legacy_handshake
@@ -80,7 +81,10 @@ class UpstreamPool:
         self.config = config
         self._corker = corker
         self._tap = tap
-        self._connect = connect or self._spawn_process
+        # An upstream URL means the Streamable HTTP back: its connections share
+        # one pooled HTTP client, closed with the pool.
+        self._http = HttpConnector.from_config(config) if config.upstream_url else None
+        self._connect = connect or (self._http.connect if self._http else self._spawn_process)
         self._handler = handler
         self._tg: TaskGroup | None = None
         self.era: era.Era | None = None
@@ -135,6 +139,8 @@ class UpstreamPool:
                 for session, process in sessions:
                     session.close("gateway shutting down")
                     tg.start_soon(process.aclose, self.config.upstream_exit_grace)
+            if self._http is not None:
+                await self._http.aclose()
 
     def hurry(self) -> None:
         """Shutdown must finish now (a second signal): terminate the upstreams
