@@ -1,0 +1,872 @@
+"""The Streamable HTTP back over real HTTP on 127.0.0.1: the connection alone,
+then the whole gateway (GatewayService with `upstream_url`), against scripted
+servers (tests/servers/scripted_http.py) and, at the end, the real peers
+(mcp 1.30.0 and 2.3.0 fixture servers, TS server-everything, FastMCP on the
+deprecated HTTP+SSE transport). Each test names the spec rule it checks."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import pytest
+
+from gateway import era, wire
+from gateway.backs import http_wire
+from gateway.backs.http_back import HttpConnectionEnded, HttpConnector, HttpServerConnection
+from gateway.config import Config
+from gateway.runtime.client_link import ClientLink
+from gateway.runtime.service import GatewayService
+from tests.scripted import Client
+from tests.servers.scripted_http import (
+    COMMENT,
+    PRIMING,
+    Ask,
+    HttpRequest,
+    HttpServer,
+    LegacyHttp,
+    ModernHttp,
+    OldSseHttp,
+    Reply,
+    serve,
+    sse,
+)
+
+pytestmark = pytest.mark.anyio
+
+META = {
+    era.PROTOCOL_VERSION: "2026-07-28",
+    era.CLIENT_CAPABILITIES: {},
+    era.CLIENT_INFO: {"name": "test", "version": "1"},
+}
+ELICIT = {
+    "message": "Your name?",
+    "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+}
+REGION_TOOL = {
+    "name": "query",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "opts": {
+                "type": "object",
+                "properties": {
+                    "dry": {"type": "boolean", "x-mcp-header": "Dry"},
+                    "n": {"type": "integer", "x-mcp-header": "N"},
+                },
+            },
+            "q": {"type": "string"},
+        },
+    },
+}
+
+
+def modern(msg_id: wire.RequestId, method: str, **params: Any) -> wire.Message:
+    return wire.request(msg_id, method, {**params, "_meta": META})
+
+
+@asynccontextmanager
+async def connection(url: str, **headers: str) -> AsyncIterator[HttpServerConnection]:
+    connector = HttpConnector(url, headers=headers, connect_timeout=2, read_timeout=2)
+    conn = await connector.connect()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.run_background)
+        try:
+            yield conn
+        finally:
+            await conn.aclose(1)
+            tg.cancel_scope.cancel()
+    await connector.aclose()
+
+
+async def exchange(conn: HttpServerConnection, msg: wire.Message) -> list[wire.Message]:
+    """Send a request; everything received up to and including its reply."""
+    await conn.send(msg)
+    return await until_reply(conn, msg["id"])
+
+
+async def until_reply(conn: HttpServerConnection, msg_id: wire.RequestId) -> list[wire.Message]:
+    seen: list[wire.Message] = []
+    with anyio.fail_after(5):
+        while not any(m.get("id") == msg_id and "method" not in m for m in seen):
+            seen += await conn.receive_batch()
+    return seen
+
+
+def reply_of(seen: list[wire.Message]) -> wire.Message:
+    return next(m for m in seen if "method" not in m)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- pure helpers: value encoding and annotations (2026-07-28 "Value Encoding") -------
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        ("us-west1", "us-west1"),
+        ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+        (" padded ", "=?base64?IHBhZGRlZCA=?="),
+        ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+        ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+    ],
+)
+def test_value_encoding_matches_the_spec_table(value: str, encoded: str) -> None:
+    assert http_wire.encode_value(value) == encoded
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        ({"properties": {"a": {"type": "number", "x-mcp-header": "A"}}}, "number"),
+        ({"properties": {"a": {"type": "string", "x-mcp-header": "A b"}}}, "token"),
+        ({"properties": {"a": {"type": "string", "x-mcp-header": ""}}}, "token"),
+        (
+            {
+                "properties": {
+                    "a": {"type": "string", "x-mcp-header": "X"},
+                    "b": {"type": "string", "x-mcp-header": "x"},
+                }
+            },
+            "twice",
+        ),
+        ({"properties": {"a": {"items": {"type": "string", "x-mcp-header": "A"}}}}, "reachable"),
+        ({"anyOf": [{"properties": {"a": {"x-mcp-header": "A"}}}]}, "reachable"),
+        ({"$defs": {"a": {"type": "string", "x-mcp-header": "A"}}}, "reachable"),
+    ],
+)
+def test_invalid_annotations_are_rejected(schema: dict[str, Any], why: str) -> None:
+    with pytest.raises(http_wire.InvalidAnnotation, match=why):
+        http_wire.tool_header_params({"name": "t", "inputSchema": schema})
+
+
+def test_annotations_in_data_keywords_are_not_annotations() -> None:
+    schema = {
+        "properties": {
+            "a": {"type": "object", "default": {"x-mcp-header": "nope"}},
+            "x-mcp-header": {"type": "string"},  # a property named so: not an annotation
+        }
+    }
+    assert http_wire.tool_header_params({"name": "t", "inputSchema": schema}) == ()
+
+
+def test_sse_parser_handles_line_endings_comments_priming_and_split_chunks() -> None:
+    parser = http_wire.SseParser(max_bytes=1000)
+    stream = (
+        b'\xef\xbb\xbfid: 1\r\ndata:\r\n\r\n: comment\n\nevent: message\ndata: {"a":\rdata: 1}\n\n'
+    )
+    events = [e for i in range(len(stream)) for e in parser.feed(stream[i : i + 1])]
+    events += parser.close()
+    assert [(e.id, e.data) for e in events] == [("1", ""), ("1", '{"a":\n1}')]
+
+
+def test_sse_parser_drops_oversized_events() -> None:
+    parser = http_wire.SseParser(max_bytes=20)
+    events = parser.feed(b"data: " + b"x" * 50 + b"\n\ndata: ok\n\n")
+    assert [e.data for e in events] == ["ok"] and parser.oversized == 1
+
+
+# -- modern servers (2026-07-28 streamable-http) --------------------------------------
+
+
+async def test_modern_request_carries_the_metadata_headers() -> None:
+    async with serve(ModernHttp()) as server, connection(server.url, Authorization="Bearer t") as c:
+        reply = reply_of(await exchange(c, modern(1, "server/discover")))
+    assert reply["result"]["supportedVersions"] == ["2026-07-28"]
+    req = server.posts("server/discover")[0]
+    assert req.header("mcp-protocol-version") == "2026-07-28"
+    assert req.header("mcp-method") == "server/discover"
+    assert req.header("accept") == "application/json, text/event-stream"
+    assert req.header("content-type") == "application/json"
+    assert req.header("authorization") == "Bearer t"
+    assert req.header("mcp-session-id") is None
+
+
+async def test_name_and_param_headers_follow_the_listed_schema() -> None:
+    async def ok(msg: wire.Message, req: HttpRequest, server: HttpServer) -> dict[str, Any]:
+        return {"content": []}
+
+    behaviour = ModernHttp(tools=[REGION_TOOL], calls={"query": ok})
+    async with serve(behaviour) as server, connection(server.url) as c:
+        await exchange(c, modern(1, "tools/list"))
+        args = {"region": "Zürich", "opts": {"dry": True, "n": 42}, "q": "SELECT"}
+        reply = reply_of(await exchange(c, modern(2, "tools/call", name="query", arguments=args)))
+        # A null value means no header at all.
+        none = {"region": None, "opts": {"n": -7}}
+        await exchange(c, modern(3, "tools/call", name="query", arguments=none))
+    assert "result" in reply
+    first, second = server.posts("tools/call")
+    assert first.header("mcp-name") == "query"
+    assert first.header("mcp-param-region") == http_wire.encode_value("Zürich")
+    assert first.header("mcp-param-dry") == "true"
+    assert first.header("mcp-param-n") == "42"
+    assert second.header("mcp-param-region") is None and second.header("mcp-param-n") == "-7"
+    assert behaviour.listed == 1  # the observed tools/list was enough
+
+
+async def test_header_mismatch_refreshes_the_tools_once_and_retries() -> None:
+    async def ok(msg: wire.Message, req: HttpRequest, server: HttpServer) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": msg["params"]["arguments"]["region"]}]}
+
+    behaviour = ModernHttp(tools=[REGION_TOOL], calls={"query": ok})
+    async with serve(behaviour) as server, connection(server.url) as c:
+        # Nothing listed yet: the first POST lacks Mcp-Param-Region and is refused.
+        call = modern(1, "tools/call", name="query", arguments={"region": "eu"})
+        reply = reply_of(await exchange(c, call))
+        again = reply_of(await exchange(c, {**call, "id": 2}))
+    assert reply["result"]["content"][0]["text"] == "eu" and reply["id"] == 1
+    assert "result" in again
+    assert behaviour.listed == 1
+    own = server.posts("tools/list")[0]
+    assert own.message["params"]["_meta"] == META and own.header("mcp-method") == "tools/list"
+    assert [r.header("mcp-param-region") for r in server.posts("tools/call")] == [None, "eu", "eu"]
+
+
+async def test_header_mismatch_that_persists_reaches_the_caller() -> None:
+    tool = {"name": "query", "inputSchema": {"type": "object"}}  # the schema hides the header
+    behaviour = ModernHttp(tools=[tool], calls={})
+    behaviour.tools = [REGION_TOOL]  # ...but the server checks the real one
+
+    async def listed(req: HttpRequest, server: HttpServer) -> Reply:
+        if req.message.get("method") == "tools/list":
+            msg_id = req.message["id"]
+            return Reply.json(wire.result_response(msg_id, {"tools": [tool]}))
+        return await behaviour(req, server)
+
+    async with serve(listed) as server, connection(server.url) as c:
+        call = modern(1, "tools/call", name="query", arguments={"region": "eu"})
+        reply = reply_of(await exchange(c, call))
+    assert reply["error"]["code"] == wire.HEADER_MISMATCH and reply["id"] == 1
+    assert len(server.posts("tools/call")) == 2 and len(server.posts("tools/list")) == 1
+
+
+async def test_tools_with_invalid_annotations_are_left_out_of_tools_list() -> None:
+    bad = {
+        "name": "bad",
+        "inputSchema": {"properties": {"x": {"type": "number", "x-mcp-header": "X"}}},
+    }
+    async with serve(ModernHttp(tools=[REGION_TOOL, bad])) as server, connection(server.url) as c:
+        reply = reply_of(await exchange(c, modern(1, "tools/list")))
+    assert [t["name"] for t in reply["result"]["tools"]] == ["query"]
+
+
+async def test_sse_answer_skips_priming_and_comments_and_keeps_notifications() -> None:
+    async def streamed(msg: wire.Message, req: HttpRequest, server: HttpServer) -> Reply:
+        async def work(out: Any) -> None:
+            token = msg["params"]["_meta"]["progressToken"]
+            await out.send(PRIMING + COMMENT)
+            progress = {"progressToken": token, "progress": 1}
+            await out.send(sse(wire.notification("notifications/progress", progress)))
+            await out.send(
+                sse(wire.result_response(msg["id"], {"resultType": "complete", "content": []}))
+            )
+
+        return server.feed(work)
+
+    call = wire.request(5, "tools/call", {"name": "s", "_meta": {**META, "progressToken": "p"}})
+    async with serve(ModernHttp(calls={"s": streamed})) as server, connection(server.url) as c:
+        seen = await exchange(c, call)
+    assert [m.get("method", "reply") for m in seen] == ["notifications/progress", "reply"]
+    assert seen[1]["result"]["resultType"] == "complete"
+
+
+async def test_modern_cancel_closes_the_stream_and_posts_nothing() -> None:
+    """2026-07-28 "Cancellation": closing the response stream is the signal."""
+    started = anyio.Event()
+
+    async def slow(msg: wire.Message, req: HttpRequest, server: HttpServer) -> Reply:
+        async def work(out: Any) -> None:
+            await out.send(PRIMING)
+            started.set()
+            await anyio.sleep_forever()
+
+        return server.feed(work)
+
+    async with serve(ModernHttp(calls={"slow": slow})) as server, connection(server.url) as c:
+        await c.send(modern(1, "tools/call", name="slow"))
+        with anyio.fail_after(3):
+            await started.wait()
+        await c.send(wire.notification("notifications/cancelled", {"requestId": 1}))
+        req = server.posts("tools/call")[0]
+        with anyio.fail_after(3):
+            await req.disconnected.wait()
+    assert not server.posts("notifications/cancelled")
+
+
+async def test_http_failures_become_error_replies_under_the_request_id() -> None:
+    async def handler(req: HttpRequest, server: HttpServer) -> Reply:
+        name = req.message["params"]["name"]
+        if name == "gone":
+            return Reply(404)
+        if name == "teapot":
+            return Reply(418, b"short and stout", {"content-type": "text/plain"})
+        if name == "boom":
+            return Reply(500, b"<html>oops</html>", {"content-type": "text/html"})
+        if name == "rpc":
+            body = wire.error_response(None, -32021, "needs elicitation", {"x": 1})
+            return Reply.json(body, 400)
+        return Reply(200, b"not json", {"content-type": "application/json"})
+
+    async with serve(handler) as server, connection(server.url) as c:
+        replies = {
+            name: reply_of(await exchange(c, modern(name, "tools/call", name=name)))
+            for name in ("gone", "teapot", "boom", "rpc", "junk")
+        }
+    assert replies["gone"]["error"]["code"] == wire.METHOD_NOT_FOUND
+    assert replies["gone"]["error"]["data"]["status"] == 404
+    assert replies["teapot"]["error"]["code"] == wire.INVALID_REQUEST
+    assert "short and stout" in replies["teapot"]["error"]["message"]
+    assert replies["boom"]["error"]["code"] == wire.INTERNAL_ERROR
+    assert replies["rpc"] == {
+        "jsonrpc": "2.0",
+        "id": "rpc",
+        "error": {"code": -32021, "message": "needs elicitation", "data": {"x": 1}},
+    }
+    assert replies["junk"]["error"]["data"]["reason"] == "upstream-unreachable"
+    assert all(r["id"] == name for name, r in replies.items())
+
+
+async def test_unreachable_server_gives_an_error_reply() -> None:
+    async with connection(f"http://127.0.0.1:{free_port()}/mcp") as c:
+        reply = reply_of(await exchange(c, modern(1, "server/discover")))
+    assert reply["error"]["code"] == wire.INTERNAL_ERROR
+    assert reply["error"]["data"]["reason"] == "upstream-unreachable"
+
+
+async def test_an_exchange_that_raises_answers_its_caller_and_spares_the_rest() -> None:
+    async with serve(ModernHttp()) as server:
+        async with connection(server.url, **{"X-Bad": "caf\u00e9"}) as c:  # not ASCII
+            reply = reply_of(await exchange(c, modern(1, "server/discover")))
+            await c.send(wire.notification("notifications/x"))
+            await anyio.sleep(0.05)
+    assert reply["error"]["data"]["reason"] == "upstream-unreachable"
+    assert "UnicodeEncodeError" in reply["error"]["message"]
+
+
+# -- legacy servers (2025-11-25 Streamable HTTP) --------------------------------------
+
+
+async def legacy_handshake(c: HttpServerConnection) -> wire.Message:
+    init = wire.request(
+        1,
+        "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {}},
+    )
+    reply = reply_of(await exchange(c, init))
+    await c.send(wire.notification("notifications/initialized"))
+    return reply
+
+
+async def test_legacy_refusal_is_rekeyed_then_the_session_is_kept() -> None:
+    behaviour = LegacyHttp(priming=True)
+    async with serve(behaviour) as server, connection(server.url) as c:
+        probe = reply_of(await exchange(c, modern(7, "server/discover")))
+        await legacy_handshake(c)
+        listed = reply_of(await exchange(c, wire.request(2, "tools/list")))
+        await server.wait_for(lambda r: r.method == "GET")
+    # mcp 1.x answers a modern request 400 with id "server-error": re-keyed.
+    assert probe["id"] == 7 and probe["error"]["code"] == wire.INVALID_REQUEST
+    assert "result" in listed
+    assert c.session_id == "sess-1"  # not the junk id that came with the refusal
+    after = [
+        r for r in server.requests if r.message is None or r.message.get("method") != "initialize"
+    ]
+    later = [r for r in after if r.header("mcp-session-id") is not None]
+    assert all(r.header("mcp-protocol-version") == "2025-11-25" for r in later)
+    assert {r.method for r in later} == {"POST", "GET", "DELETE"}
+    assert behaviour.ended == ["sess-1"]  # aclose DELETEd it
+
+
+async def test_legacy_server_request_on_the_post_stream_is_answered_by_post() -> None:
+    async def ask_name(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        answer = await ask.ask("elicitation/create", ELICIT)
+        return {"content": [{"type": "text", "text": answer["result"]["content"]["name"]}]}
+
+    async with serve(LegacyHttp(tools={"ask": ask_name})) as server, connection(server.url) as c:
+        await legacy_handshake(c)
+        await c.send(wire.request(2, "tools/call", {"name": "ask"}))
+        with anyio.fail_after(3):
+            asked = (await c.receive_batch())[0]
+        assert asked["method"] == "elicitation/create"
+        await c.send(
+            wire.result_response(asked["id"], {"action": "accept", "content": {"name": "Ada"}})
+        )
+        reply = reply_of(await until_reply(c, 2))
+    assert reply["result"]["content"][0]["text"] == "Ada"
+    answer = next(
+        r for r in server.posts() if "result" in r.message and r.message["id"] == asked["id"]
+    )
+    assert answer.header("mcp-session-id") == "sess-1"
+
+
+async def test_legacy_get_stream_delivers_server_messages() -> None:
+    behaviour = LegacyHttp()
+    async with serve(behaviour) as server, connection(server.url) as c:
+        await legacy_handshake(c)
+        await behaviour.push("sess-1", wire.notification("notifications/tools/list_changed"))
+        await behaviour.push("sess-1", wire.request(0, "ping"))
+        seen: list[wire.Message] = []
+        with anyio.fail_after(3):
+            while len(seen) < 2:
+                seen += await c.receive_batch()
+    assert [m["method"] for m in seen] == ["notifications/tools/list_changed", "ping"]
+    get = next(r for r in server.requests if r.method == "GET")
+    assert get.header("accept") == "text/event-stream"
+
+
+async def test_legacy_get_405_means_no_stream() -> None:
+    behaviour = LegacyHttp(get_allowed=False)
+    async with serve(behaviour) as server, connection(server.url) as c:
+        await legacy_handshake(c)
+        await server.wait_for(lambda r: r.method == "GET")
+        await anyio.sleep(0.05)
+        reply = reply_of(await exchange(c, wire.request(2, "tools/list")))
+    assert "result" in reply
+    assert len([r for r in server.requests if r.method == "GET"]) == 1  # not retried
+
+
+async def test_legacy_404_ends_the_connection_and_fails_pending_calls() -> None:
+    """2025-11-25 "Session Management" 4: a 404 on our session id means the
+    session is gone; the pool then starts a new one (see the service test)."""
+    hold = anyio.Event()
+
+    async def waits(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        await hold.wait()
+        return {"content": []}
+
+    behaviour = LegacyHttp(tools={"wait": waits})
+    async with serve(behaviour) as server, connection(server.url) as c:
+        await legacy_handshake(c)
+        await c.send(wire.request(2, "tools/call", {"name": "wait"}))
+        await server.wait_for(lambda r: r.method == "POST" and r.message.get("id") == 2)
+        behaviour.end_session("sess-1")
+        await c.send(wire.request(3, "tools/list"))
+        seen: list[wire.Message] = []
+        with pytest.raises(HttpConnectionEnded, match="404"), anyio.fail_after(3):
+            while True:
+                seen += await c.receive_batch()
+        hold.set()
+    assert sorted(m["id"] for m in seen) == [2, 3]
+    assert all(m["error"]["data"]["reason"] == "upstream-failed" for m in seen)
+
+
+async def test_aclose_deletes_the_session_and_cancels_in_flight_posts() -> None:
+    started = anyio.Event()
+
+    async def forever(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    behaviour = LegacyHttp(tools={"forever": forever})
+    async with serve(behaviour) as server:
+        async with connection(server.url) as c:
+            await legacy_handshake(c)
+            await c.send(wire.request(2, "tools/call", {"name": "forever"}))
+            with anyio.fail_after(3):
+                await started.wait()
+        call = server.posts("tools/call")[0]
+        with anyio.fail_after(3):
+            await call.disconnected.wait()
+        delete = next(r for r in server.requests if r.method == "DELETE")
+    assert delete.header("mcp-session-id") == "sess-1"
+    assert behaviour.ended == ["sess-1"]
+    with pytest.raises(HttpConnectionEnded):
+        await c.receive_batch()
+
+
+async def test_legacy_cancel_is_posted_and_the_stream_closed() -> None:
+    started = anyio.Event()
+
+    async def forever(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async with serve(LegacyHttp(tools={"f": forever})) as server, connection(server.url) as c:
+        await legacy_handshake(c)
+        await c.send(wire.request(2, "tools/call", {"name": "f"}))
+        with anyio.fail_after(3):
+            await started.wait()
+        await c.send(wire.notification("notifications/cancelled", {"requestId": 2}))
+        cancel = await server.wait_for(
+            lambda r: r.method == "POST" and r.message.get("method") == "notifications/cancelled"
+        )
+        with anyio.fail_after(3):
+            await server.posts("tools/call")[0].disconnected.wait()
+    assert cancel.header("mcp-session-id") == "sess-1"
+
+
+# -- the deprecated HTTP+SSE transport (2024-11-05) -----------------------------------
+
+
+async def test_refused_initialize_falls_back_to_http_sse() -> None:
+    async with serve(OldSseHttp(), path="/sse") as server, connection(server.url) as c:
+        probe = reply_of(await exchange(c, modern(1, "server/discover")))
+        init = await legacy_handshake(c)
+        call = wire.request(2, "tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        reply = reply_of(await exchange(c, call))
+    assert probe["error"]["code"] == wire.METHOD_NOT_FOUND  # 405 on the SSE URL
+    assert init["result"]["protocolVersion"] == "2024-11-05"
+    assert reply["result"]["content"][0]["text"] == "hi"
+    assert c.sse_endpoint == server.url.replace("/sse", "/messages?session_id=s1")
+    assert [r.path for r in server.posts()][-2:] == ["/messages", "/messages"]
+
+
+async def test_endpoint_on_another_origin_is_refused() -> None:
+    async def elsewhere(req: HttpRequest, server: HttpServer) -> Reply:
+        if req.method == "POST":
+            return Reply(405)
+
+        async def work(out: Any) -> None:
+            await out.send(b"event: endpoint\ndata: http://evil.example/messages\n\n")
+            await anyio.sleep_forever()
+
+        return server.feed(work)
+
+    async with serve(elsewhere) as server, connection(server.url) as c:
+        init = await legacy_handshake(c)
+    assert init["error"]["data"]["status"] == 405
+    assert c.sse_endpoint is None
+
+
+# -- the whole gateway over the HTTP back ---------------------------------------------
+
+
+@asynccontextmanager
+async def http_gateway(url: str, **config: Any) -> AsyncIterator[Client]:
+    cfg = Config(
+        upstream_url=url,
+        **{"probe_timeout": 2, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
+    )
+    async with anyio.create_task_group() as tg:
+        service = GatewayService(cfg)
+        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
+        link = ClientLink.over_stream(send, transport="test")
+        service.links.add(link)
+        await service.start(tg)
+        async with anyio.create_task_group() as requests:
+            yield Client(service, link, receive, requests, cast(Any, None))
+            requests.cancel_scope.cancel()
+        await service.aclose()
+        tg.cancel_scope.cancel()
+    send.close()
+    receive.close()
+
+
+MRTR_CAPS: dict[str, Any] = {"elicitation": {"form": {}}}
+
+
+async def test_modern_client_through_legacy_http_with_an_mrtr_elicitation() -> None:
+    """DESIGN §5.1.6 over HTTP: the legacy server's elicitation/create on the
+    POST's SSE stream becomes input_required; the retry's answer is POSTed back."""
+
+    async def ask_name(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        answer = await ask.ask("elicitation/create", ELICIT)
+        return {
+            "content": [{"type": "text", "text": f"Hello, {answer['result']['content']['name']}"}]
+        }
+
+    behaviour = LegacyHttp(tools={"ask": ask_name}, priming=True)
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        meta = {**META, era.CLIENT_CAPABILITIES: MRTR_CAPS}
+        first = await c.call("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})
+        result = first["result"]
+        assert result["resultType"] == "input_required", first
+        ((key, request),) = result["inputRequests"].items()
+        assert request["method"] == "elicitation/create"
+        final = await c.call(
+            "tools/call",
+            {
+                "name": "ask",
+                "arguments": {},
+                "_meta": meta,
+                "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+                "requestState": result["requestState"],
+            },
+        )
+        assert c.service.pool.era is era.Era.LEGACY
+    assert final["result"]["content"][0]["text"] == "Hello, Ada"
+    assert final["result"]["resultType"] == "complete"
+    assert len(server.posts("tools/call")) == 1  # hold mode: one upstream call
+
+
+async def test_legacy_session_ended_by_the_server_is_reopened_on_demand() -> None:
+    async def hello(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": "hello"}]}
+
+    behaviour = LegacyHttp(tools={"hello": hello})
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        assert "result" in await c.call("tools/call", {"name": "hello", "arguments": {}})
+        behaviour.end_session("sess-1")
+        failed = await c.call("tools/call", {"name": "hello", "arguments": {}})
+        again = await c.call("tools/call", {"name": "hello", "arguments": {}})
+        assert c.service.pool.restarts == 1
+    assert failed["error"]["code"] == wire.INTERNAL_ERROR
+    assert again["result"]["content"][0]["text"] == "hello"
+    assert len(server.posts("initialize")) == 2
+
+
+async def test_legacy_client_through_modern_http_with_param_headers() -> None:
+    """DESIGN §5.2.3: the gateway's modern request carries the modern headers,
+    Mcp-Param-* included, though the legacy client never listed the tools."""
+
+    async def ok(msg: wire.Message, req: HttpRequest, server: HttpServer) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": msg["params"]["arguments"]["region"]}]}
+
+    behaviour = ModernHttp(tools=[REGION_TOOL], calls={"query": ok})
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        init = await c.initialize()
+        reply = await c.call(
+            "tools/call", {"name": "query", "arguments": {"region": "ap-south"}}, modern=False
+        )
+        assert c.service.pool.era is era.Era.MODERN
+    assert init["result"]["serverInfo"]["name"] == "scripted-http-modern"
+    assert reply["result"]["content"][0]["text"] == "ap-south"
+    assert "resultType" not in reply["result"]
+    assert not server.posts("initialize")
+
+
+async def test_gateway_over_http_sse_transport() -> None:
+    async with serve(OldSseHttp(), path="/sse") as server, http_gateway(server.url) as c:
+        reply = await c.call("tools/call", {"name": "echo", "arguments": {"text": "old"}})
+    assert reply["result"]["content"][0]["text"] == "old"
+    assert reply["result"]["resultType"] == "complete"
+
+
+# -- real peers over HTTP (PEERS.md "Wire facts (Streamable HTTP)") ---------------------
+
+REPO = Path(__file__).resolve().parent.parent
+PEERS = Path(os.environ.get("MCP_PEERS_DIR") or REPO / ".peers").resolve()
+CONFORMANCE = REPO / "compat_matrix" / "conformance"
+
+
+@dataclass
+class Peer:
+    argv: list[str]
+    port: int
+    path: str = "/mcp"
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.path}"
+
+    def start(self) -> None:
+        if not Path(self.argv[0]).exists():
+            pytest.fail(
+                f"peer missing: {self.argv[0]} (run `bash peers/install.sh`)", pytrace=False
+            )
+        self.proc = subprocess.Popen(
+            self.argv,
+            env={**os.environ, **self.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own group: stopped with its children
+        )
+
+    def wait_listening(self, deadline: float) -> None:
+        assert self.proc is not None
+        while True:  # each pass tries to connect once
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                pytest.fail(f"{self.argv} exited {self.proc.returncode}: {err[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{self.argv} never listened on {self.port}")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(3)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def peers() -> Iterator[dict[str, str]]:
+    """Every peer server, started together (each takes a second or two to
+    import its SDK), stopped at the end of the module. name -> URL."""
+    py1, py2 = str(PEERS / "py1/bin/python"), str(PEERS / "py2/bin/python")
+    py1_fixture = str(CONFORMANCE / "py1_fixture_server.py")
+    py2_fixture = str(CONFORMANCE / "py2_fixture_server.py")
+    ports = {name: free_port() for name in ("py1", "py2", "py2-modern", "everything", "py1-sse")}
+    servers = {
+        "py1": Peer([py1, py1_fixture, "--http", str(ports["py1"])], ports["py1"]),
+        "py2": Peer([py2, py2_fixture, "--http", str(ports["py2"])], ports["py2"]),
+        "py2-modern": Peer(
+            [py2, py2_fixture, "--http", str(ports["py2-modern"]), "--modern-only"],
+            ports["py2-modern"],
+        ),
+        "everything": Peer(
+            [str(PEERS / "node/node_modules/.bin/mcp-server-everything"), "streamableHttp"],
+            ports["everything"],
+            env={"PORT": str(ports["everything"])},
+        ),
+        "py1-sse": Peer(
+            [py1, str(REPO / "tests/servers/py1_sse_server.py"), str(ports["py1-sse"])],
+            ports["py1-sse"],
+            path="/sse",
+        ),
+    }
+    try:
+        for server in servers.values():
+            server.start()
+        deadline = time.monotonic() + 30
+        for server in servers.values():
+            server.wait_listening(deadline)
+        yield {name: server.url for name, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def text_of(reply: wire.Message) -> str:
+    assert "result" in reply, reply
+    return str(reply["result"]["content"][0]["text"])
+
+
+async def legacy_call_answering(
+    c: Client, msg_id: int, params: dict[str, Any], answer: dict[str, Any]
+) -> tuple[list[wire.Message], wire.Message]:
+    """A legacy client's call during which the gateway asks it things: every
+    server request gets `answer`. The requests asked, and the call's reply."""
+    await c.send(wire.request(msg_id, "tools/call", params))
+    asked: list[wire.Message] = []
+    while True:
+        msg = await c.next()
+        if "method" in msg and "id" in msg:
+            asked.append(msg)
+            await c.send(wire.result_response(msg["id"], answer))
+        elif msg.get("id") == msg_id and "method" not in msg:
+            return asked, msg
+
+
+ADA = {"action": "accept", "content": {"name": "Ada"}}
+
+
+async def modern_mrtr_call(c: Client, name: str, arguments: dict[str, Any]) -> wire.Message:
+    """A modern client's call answered through one input_required round."""
+    meta = {**META, era.CLIENT_CAPABILITIES: MRTR_CAPS}
+    first = await c.call("tools/call", {"name": name, "arguments": arguments, "_meta": meta})
+    result = first["result"]
+    assert result["resultType"] == "input_required", first
+    ((key, request),) = result["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    params = {
+        "name": name,
+        "arguments": arguments,
+        "_meta": meta,
+        "inputResponses": {key: ADA},
+        "requestState": result["requestState"],
+    }
+    return await c.call("tools/call", params, timeout=10)
+
+
+@pytest.mark.peers
+async def test_py2_dual_http_is_modern_and_serves_both_eras(peers: dict[str, str]) -> None:
+    async with http_gateway(peers["py2"]) as c:
+        simple = await c.call("tools/call", {"name": "test_simple_text", "arguments": {}})
+        header = await c.call(
+            "tools/call", {"name": "test_header_param", "arguments": {"region": "Zürich"}}
+        )
+        assert c.service.pool.era is era.Era.MODERN
+        assert c.service.pool.probe_report["reason"] == "DiscoverResult"
+        await c.initialize({"elicitation": {}})
+        legacy = await c.call(
+            "tools/call", {"name": "test_header_param", "arguments": {"region": "us"}}, modern=False
+        )
+        asked, mrtr = await legacy_call_answering(
+            c, 90, {"name": "test_input_required_result_elicitation", "arguments": {}}, ADA
+        )
+    assert simple["result"]["resultType"] == "complete"
+    assert text_of(header) == "region=Zürich"  # Mcp-Param-Region in the base64 form
+    assert text_of(legacy) == "region=us" and "resultType" not in legacy["result"]
+    # DESIGN §5.2.5 over HTTP: the modern server's input_required became a
+    # server request to the legacy client, and the retry completed the call.
+    assert [m["method"] for m in asked] == ["elicitation/create"]
+    assert text_of(mrtr) == "Hello, Ada!"
+
+
+@pytest.mark.peers
+async def test_py2_modern_only_http_serves_a_legacy_client(peers: dict[str, str]) -> None:
+    async with http_gateway(peers["py2-modern"]) as c:
+        init = await c.initialize()
+        reply = await c.call(
+            "tools/call", {"name": "test_simple_text", "arguments": {}}, modern=False
+        )
+        assert c.service.pool.era is era.Era.MODERN
+    assert init["result"]["serverInfo"]["name"] == "py2-conformance-fixture"
+    assert "resultType" not in reply["result"] and text_of(reply)
+
+
+@pytest.mark.peers
+async def test_py1_http_is_legacy_and_bridges_an_mrtr_elicitation(peers: dict[str, str]) -> None:
+    async with http_gateway(peers["py1"]) as c:
+        simple = await c.call("tools/call", {"name": "test_simple_text", "arguments": {}})
+        # mcp 1.x refused the probe 400 with id "server-error": a legacy verdict.
+        assert c.service.pool.era is era.Era.LEGACY
+        assert "-32600" in c.service.pool.probe_report["reason"]
+        final = await modern_mrtr_call(c, "test_input_required_result_elicitation", {})
+        await c.initialize({"elicitation": {}})
+        asked, legacy = await legacy_call_answering(
+            c, 91, {"name": "test_input_required_result_elicitation", "arguments": {}}, ADA
+        )
+    assert simple["result"]["resultType"] == "complete"
+    assert text_of(final) == "Hello, Ada!" and final["result"]["resultType"] == "complete"
+    assert [m["method"] for m in asked] == ["elicitation/create"]
+    assert text_of(legacy) == "Hello, Ada!"
+
+
+@pytest.mark.peers
+async def test_ts_everything_http_is_legacy_and_serves_a_modern_client(
+    peers: dict[str, str],
+) -> None:
+    async with http_gateway(peers["everything"]) as c:
+        listed = await c.call("tools/list")
+        echo = await c.call("tools/call", {"name": "echo", "arguments": {"message": "hi"}})
+        assert c.service.pool.era is era.Era.LEGACY
+    assert any(t["name"] == "echo" for t in listed["result"]["tools"])
+    assert text_of(echo) == "Echo: hi" and echo["result"]["resultType"] == "complete"
+
+
+@pytest.mark.peers
+async def test_py1_on_deprecated_http_sse_through_the_gateway(peers: dict[str, str]) -> None:
+    async with http_gateway(peers["py1-sse"]) as c:
+        echo = await c.call("tools/call", {"name": "echo", "arguments": {"text": "old"}})
+        final = await modern_mrtr_call(c, "ask_name", {})
+        assert c.service.pool.era is era.Era.LEGACY
+        (session,) = c.service.pool.sessions.values()
+        connection = c.service.pool._processes[session]
+        assert isinstance(connection, HttpServerConnection) and connection.sse_endpoint
+    assert text_of(echo) == "old"
+    assert text_of(final) == "Hello, Ada!"
