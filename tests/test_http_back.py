@@ -350,11 +350,11 @@ async def test_unreachable_server_gives_an_error_reply() -> None:
 
 
 async def test_an_exchange_that_raises_answers_its_caller_and_spares_the_rest() -> None:
-    async with serve(ModernHttp()) as server:
-        async with connection(server.url, **{"X-Bad": "caf\u00e9"}) as c:  # not ASCII
-            reply = reply_of(await exchange(c, modern(1, "server/discover")))
-            await c.send(wire.notification("notifications/x"))
-            await anyio.sleep(0.05)
+    bad = {"X-Bad": "caf\u00e9"}  # not ASCII: httpx cannot send it
+    async with serve(ModernHttp()) as server, connection(server.url, **bad) as c:
+        reply = reply_of(await exchange(c, modern(1, "server/discover")))
+        await c.send(wire.notification("notifications/x"))
+        await anyio.sleep(0.05)
     assert reply["error"]["data"]["reason"] == "upstream-unreachable"
     assert "UnicodeEncodeError" in reply["error"]["message"]
 
