@@ -4,6 +4,12 @@ Built on asyncio's subprocess protocol (callbacks, no per-request task) so the
 client costs as little CPU as possible: on a 2-core machine it competes with
 the process under test. Replies are matched by id; in a load run each reply
 immediately releases the next request, keeping `concurrency` in flight.
+
+A load of `ask` calls (the MRTR benchmark) keeps `concurrency` interactions in
+flight instead: a legacy client that declared elicitation answers the
+server's `elicitation/create` at once; a modern client meets `input_required`
+and retries at once with `inputResponses` and the `requestState`. Each
+interaction is timed from its first request to its final result.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ MODERN_META = {
     "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
 }
 ECHO_TEXT = "the quick brown fox jumps over the lazy dog"
+ELICIT_NAME = "bench"
+ELICIT_ANSWER = {"action": "accept", "content": {"name": ELICIT_NAME}}
+ASK_TEXT = f"Hello, {ELICIT_NAME}"  # fast_server's answer to `ask`
+LEGACY_ELICIT_CAPS: dict[str, Any] = {"elicitation": {}}
+MODERN_ELICIT_CAPS: dict[str, Any] = {"elicitation": {"form": {}}}
+CAPS = "io.modelcontextprotocol/clientCapabilities"
 
 
 class BenchError(Exception):
@@ -46,6 +58,7 @@ class LoadResult:
     latencies_ns: list[int]
     errors: int
     first_error: Any = None
+    follow_ups: int = 0  # retries sent after input_required (MRTR through the gateway)
 
     @property
     def rps(self) -> float:
@@ -66,6 +79,11 @@ class _Load:
     first_error: Any = None
     started_ns: int = 0
     last_ns: int = 0
+    # MRTR: the retry to send for an interim reply (None: the reply is final),
+    # and the text a final reply must carry.
+    follow: Callable[[dict[str, Any]], Callable[[int], bytes] | None] | None = None
+    expect_text: str | None = None
+    follow_ups: int = 0
 
     def first_batch(self) -> bytes:
         self.started_ns = time.perf_counter_ns()
@@ -78,9 +96,21 @@ class _Load:
 
     def on_reply(self, msg_id: int, msg: dict[str, Any]) -> bytes | None:
         now = time.perf_counter_ns()
-        self.latencies.append(now - self.sent_at.pop(msg_id))
+        started = self.sent_at.pop(msg_id)
+        if self.follow is not None:
+            retry = self.follow(msg)
+            if retry is not None:  # the same interaction goes on under a new id
+                new_id = next(self.ids)
+                self.sent_at[new_id] = started
+                self.follow_ups += 1
+                return retry(new_id)
+        self.latencies.append(now - started)
         self.last_ns = now
-        if "error" in msg or msg.get("result", {}).get("isError"):
+        if (
+            "error" in msg
+            or msg.get("result", {}).get("isError")
+            or (self.expect_text is not None and _text_of(msg) != self.expect_text)
+        ):
             self.errors += 1
             if self.first_error is None:
                 self.first_error = msg
@@ -94,9 +124,15 @@ class _Load:
 class Connection(asyncio.SubprocessProtocol):
     """A spawned stdio MCP peer and our side of its pipes."""
 
-    def __init__(self, name: str, client_era: str) -> None:
+    def __init__(
+        self, name: str, client_era: str, client_caps: dict[str, Any] | None = None
+    ) -> None:
         self.name = name
         self.client_era = client_era
+        self.client_caps = client_caps or {}
+        self.meta = {**MODERN_META, CAPS: self.client_caps}
+        self.elicits = "elicitation" in self.client_caps
+        self.elicitations_answered = 0
         self.pid = 0
         self._transport: asyncio.SubprocessTransport | None = None
         self._buf = b""
@@ -141,17 +177,8 @@ class Connection(asyncio.SubprocessProtocol):
             self.bad_lines += 1  # a proxy that corrupts output fails the run (see run.py)
             return
         if "method" in msg:
-            if "id" in msg:  # a server request we do not serve
-                out.append(
-                    orjson.dumps(
-                        {
-                            "jsonrpc": "2.0",
-                            "id": msg["id"],
-                            "error": {"code": -32601, "message": "Method not found"},
-                        }
-                    )
-                    + b"\n"
-                )
+            if "id" in msg:
+                out.append(self._serve(msg))
             return
         msg_id = msg.get("id")
         load = self._load
@@ -164,6 +191,16 @@ class Connection(asyncio.SubprocessProtocol):
         if fut is not None and not fut.done():
             fut.set_result(msg)
 
+    def _serve(self, msg: dict[str, Any]) -> bytes:
+        """Answer a server request: elicitations at once (if declared), else -32601."""
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": msg["id"]}
+        if self.elicits and msg["method"] == "elicitation/create":
+            self.elicitations_answered += 1
+            answer["result"] = ELICIT_ANSWER
+        else:
+            answer["error"] = {"code": -32601, "message": "Method not found"}
+        return orjson.dumps(answer) + b"\n"
+
     def _write(self, data: bytes) -> None:
         assert self._transport is not None
         stdin = self._transport.get_pipe_transport(0)
@@ -173,7 +210,7 @@ class Connection(asyncio.SubprocessProtocol):
     # -- requests -----------------------------------------------------------
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.client_era == "modern":
-            return {**params, "_meta": MODERN_META}
+            return {**params, "_meta": self.meta}
         return params
 
     async def request(
@@ -197,7 +234,11 @@ class Connection(asyncio.SubprocessProtocol):
     async def handshake(self, timeout: float) -> None:
         """Legacy: initialize + initialized. Modern: server/discover. Then check echo."""
         if self.client_era == "legacy":
-            params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT_INFO}
+            params = {
+                "protocolVersion": LEGACY,
+                "capabilities": self.client_caps,
+                "clientInfo": CLIENT_INFO,
+            }
             reply = await self.request("initialize", params, timeout)
             if "result" not in reply:
                 raise BenchError(f"{self.name}: initialize failed: {reply}")
@@ -211,6 +252,56 @@ class Connection(asyncio.SubprocessProtocol):
         if "echo" not in names:
             raise BenchError(f"{self.name}: no echo tool in {tools}")
         self.check_echo(await self.request("tools/call", _ECHO_PARAMS, timeout))
+        if self.elicits:
+            if "ask" not in names:
+                raise BenchError(f"{self.name}: no ask tool in {tools}")
+            await self.check_ask(timeout)
+
+    async def check_ask(self, timeout: float) -> None:
+        """One `ask` interaction, every step checked: the direct legacy client
+        answers a pushed elicitation; the modern one gets input_required and retries."""
+        answered = self.elicitations_answered
+        reply = await self.request("tools/call", _ASK_PARAMS, timeout)
+        if self.client_era == "modern":
+            result = reply.get("result") or {}
+            asks = result.get("inputRequests")
+            if (
+                result.get("resultType") != "input_required"
+                or not isinstance(result.get("requestState"), str)
+                or not isinstance(asks, dict)
+                or [a.get("method") for a in asks.values()] != ["elicitation/create"]
+            ):
+                raise BenchError(f"{self.name}: ask did not ask for input: {reply}")
+            reply = await self.request("tools/call", self._retry_params(result), timeout)
+        elif self.elicitations_answered != answered + 1:
+            raise BenchError(f"{self.name}: ask sent no elicitation/create before {reply}")
+        result = reply.get("result") or {}
+        if _text_of(reply) != ASK_TEXT or result.get("isError"):
+            raise BenchError(f"{self.name}: ask answered {reply}")
+        if (result.get("resultType") == "complete") != (self.client_era == "modern"):
+            raise BenchError(f"{self.name}: a {self.client_era} client got {result}")
+
+    def _retry_params(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The retry of an `ask` after input_required: every elicitation answered."""
+        asks = result.get("inputRequests") or {}
+        params: dict[str, Any] = {
+            **_ASK_PARAMS,
+            "inputResponses": {
+                key: ELICIT_ANSWER
+                for key, ask in asks.items()
+                if ask.get("method") == "elicitation/create"
+            },
+        }
+        if "requestState" in result:
+            params["requestState"] = result["requestState"]
+        return params
+
+    def _follow(self, msg: dict[str, Any]) -> Callable[[int], bytes] | None:
+        """In a load: the retry an input_required asks for, or None for a final reply."""
+        result = msg.get("result")
+        if not isinstance(result, dict) or result.get("resultType") != "input_required":
+            return None
+        return _maker("tools/call", self._params(self._retry_params(result)))
 
     def check_echo(self, reply: dict[str, Any]) -> None:
         """The reply to an echo call is right, and in the client's era's shape."""
@@ -225,20 +316,24 @@ class Connection(asyncio.SubprocessProtocol):
 
     def echo_maker(self) -> Callable[[int], bytes]:
         """Serialise an echo call once; each request only splices its id in."""
-        body = orjson.dumps({"method": "tools/call", "params": self._params(_ECHO_PARAMS)})
-        head, tail = b'{"jsonrpc":"2.0","id":', b"," + body[1:] + b"\n"
-        return lambda msg_id: head + str(msg_id).encode() + tail
+        return _maker("tools/call", self._params(_ECHO_PARAMS))
 
-    async def load(self, concurrency: int, seconds: float, max_replies: int) -> LoadResult:
-        """Keep `concurrency` echo calls in flight for `seconds` (or `max_replies`)."""
+    async def load(
+        self, concurrency: int, seconds: float, max_replies: int, work: str = "echo"
+    ) -> LoadResult:
+        """Keep `concurrency` echo calls (work="ask": MRTR interactions) in flight
+        for `seconds` (or `max_replies`)."""
         loop = asyncio.get_running_loop()
+        ask = work == "ask"
         run = _Load(
-            make=self.echo_maker(),
+            make=_maker("tools/call", self._params(_ASK_PARAMS)) if ask else self.echo_maker(),
             ids=self._ids,
             concurrency=concurrency,
             max_replies=max(max_replies, concurrency),
             stop_at_ns=time.perf_counter_ns() + int(seconds * 1e9),
             done=loop.create_future(),
+            follow=self._follow if ask and self.client_era == "modern" else None,
+            expect_text=ASK_TEXT if ask else None,
         )
         self._load = run
         try:
@@ -257,6 +352,7 @@ class Connection(asyncio.SubprocessProtocol):
             run.latencies,
             run.errors,
             run.first_error,
+            run.follow_ups,
         )
 
     @contextlib.contextmanager
@@ -306,14 +402,36 @@ class Connection(asyncio.SubprocessProtocol):
 
 
 _ECHO_PARAMS = {"name": "echo", "arguments": {"text": ECHO_TEXT}}
+_ASK_PARAMS: dict[str, Any] = {"name": "ask", "arguments": {}}
+
+
+def _maker(method: str, params: dict[str, Any]) -> Callable[[int], bytes]:
+    """Serialise a request once; each use only splices its id in."""
+    body = orjson.dumps({"method": method, "params": params})
+    head, tail = b'{"jsonrpc":"2.0","id":', b"," + body[1:] + b"\n"
+    return lambda msg_id: head + str(msg_id).encode() + tail
+
+
+def _text_of(msg: dict[str, Any]) -> str | None:
+    """The first text content of a tool result, if any."""
+    content = (msg.get("result") or {}).get("content")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        return text if isinstance(text, str) else None
+    return None
 
 
 async def spawn(
-    name: str, command: list[str], client_era: str, stderr: IO[bytes], cwd: str
+    name: str,
+    command: list[str],
+    client_era: str,
+    stderr: IO[bytes],
+    cwd: str,
+    client_caps: dict[str, Any] | None = None,
 ) -> Connection:
     loop = asyncio.get_running_loop()
     _, conn = await loop.subprocess_exec(
-        lambda: Connection(name, client_era),
+        lambda: Connection(name, client_era, client_caps),
         *command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

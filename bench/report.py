@@ -8,14 +8,22 @@ import platform
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.client import LoadResult
-from bench.setups import ROOT, Group, Run
+from bench.setups import ROOT, Group, MrtrGroup, Run
 
 CONCURRENCIES = (1, 8, 32)
+MRTR_CONCURRENCIES = (1, 8)  # interactions in flight in the MRTR runs
 LATENCY_GOAL = 1.5  # gateway added p50 ≤ 1.5 x relay added p50
 RELAY_TPUT_GOAL = 0.6  # gateway/relay requests/s at c=32
 REAL_TPUT_GOAL = 0.9  # gateway/direct requests/s at c=32, real SDK server
+MRTR_ADDED_GOAL_US = 2000.0  # MRTR round trip: gateway p50 - direct p50
+PARKED_GOAL_KIB = 20.0  # memory per parked call (traced)
+
+
+def concurrencies(run: Run) -> tuple[int, ...]:
+    return MRTR_CONCURRENCIES if run.work == "ask" else CONCURRENCIES
 
 
 @dataclass(slots=True)
@@ -25,7 +33,7 @@ class Measured:
     loads: dict[int, LoadResult]  # by concurrency, both CPUs
     rss_kib: int | None
     children_rss_kib: int | None
-    cpu_us: float  # CPU µs per request of the process at c=32
+    cpu_us: float  # CPU µs per request (interaction) of the process at the top concurrency
     children_cpu_us: float  # ... and of its descendants together
 
     def pct_us(self, q: float, pinned: bool = True) -> float:
@@ -102,6 +110,85 @@ def runs_table(measured: list[Measured]) -> str:
         for m in measured
     ]
     return _table(headers, rows)
+
+
+def mrtr_table(measured: list[Measured]) -> str:
+    top = MRTR_CONCURRENCIES[-1]
+    headers = ["run", "path", "p50 µs", "p99 µs", "p50 µs 2 CPUs"]
+    headers += [f"interactions/s c={c}" for c in MRTR_CONCURRENCIES]
+    headers += [f"CPU µs/interaction c={top}", "children CPU", "peak RSS MiB", "children MiB"]
+    rows = [
+        [
+            m.run.key,
+            m.run.label,
+            f"{m.p50_us():.0f}",
+            f"{m.pct_us(0.99):.0f}",
+            f"{m.pct_us(0.5, pinned=False):.0f}",
+            *(f"{m.rps(c):,.0f}" for c in MRTR_CONCURRENCIES),
+            f"{m.cpu_us:.0f}",
+            f"{m.children_cpu_us:.0f}" if m.children_rss_kib is not None else "-",
+            _mib(m.rss_kib),
+            _mib(m.children_rss_kib),
+        ]
+        for m in measured
+    ]
+    return _table(headers, rows)
+
+
+def mrtr_ratios(group: MrtrGroup, by_key: dict[str, Measured]) -> tuple[str, list[str]]:
+    """The MRTR round trip against the direct one, and its goal's verdict."""
+    d = by_key[group.direct.key]
+    headers = ["path", "added p50 µs", "added p99 µs"]
+    headers += [f"gw/direct interactions/s c={c}" for c in MRTR_CONCURRENCIES]
+    rows = []
+    for run, title in ((group.gateway, group.title), (group.no_window, "… input_batch_window 0")):
+        w = by_key[run.key]
+        rows.append(
+            [
+                title,
+                f"{w.p50_us() - d.p50_us():.0f}",
+                f"{w.pct_us(0.99) - d.pct_us(0.99):.0f}",
+                *(f"{w.rps(c) / d.rps(c):.3f}" for c in MRTR_CONCURRENCIES),
+            ]
+        )
+    added = by_key[group.gateway.key].p50_us() - d.p50_us()
+    verdict = (
+        f"{group.title}: added p50 {added:.0f} µs over the direct round trip "
+        f"(goal ≤ {MRTR_ADDED_GOAL_US:.0f} µs) {_ok(added <= MRTR_ADDED_GOAL_US)}"
+    )
+    return _table(headers, rows), [verdict]
+
+
+def parked_section(parked: dict[str, Any]) -> tuple[str, list[str]]:
+    """bench/parked_memory.py's figures, and the memory goal's verdict."""
+    kib = parked["traced_bytes_per_call"] / 1024
+    state_b = parked["state_bytes_per_call"]
+    rss_kib = parked["rss_bytes_per_call"] / 1024
+    session_kib = parked["traced_bytes_per_session"] / 1024
+    rows = [
+        ["traced per parked call (the goal's figure)", f"{kib:.2f} KiB"],
+        ["its requestState, sent to the client, not kept", f"{state_b:.0f} B"],
+        ["RSS growth per parked call, warm process", f"{rss_kib:.2f} KiB"],
+        ["traced per legacy session (not per call)", f"{session_kib:.1f} KiB"],
+    ]
+    rows += [
+        [f"site: `{_short(site)}`", f"{size:.0f} B in {count:.1f} blocks"]
+        for site, size, count in parked["top_sites"][:5]
+    ]
+    table = _table([f"{parked['calls']} parked calls, one per session", "per call"], rows)
+    verdict = (
+        f"memory per parked call {kib:.1f} KiB traced (goal < {PARKED_GOAL_KIB:g} KiB) "
+        f"{_ok(kib < PARKED_GOAL_KIB)}"
+    )
+    return table, [verdict]
+
+
+def _short(site: str) -> str:
+    """A file:line without the install prefix."""
+    for marker in (f"{ROOT}/", "site-packages/", "/lib/"):
+        if marker in site:
+            return site.split(marker, 1)[1]
+    return site
 
 
 def _ok(met: bool) -> str:
@@ -184,14 +271,14 @@ def machine_info(other_cpus: float) -> dict[str, str]:
 
 
 def markdown(
-    info: dict[str, str], settings: str, runs: str, ratios: str, verdicts: list[str]
+    info: dict[str, str], settings: str, sections: list[tuple[str, str]], verdicts: list[str]
 ) -> str:
     head = "\n".join(f"- **{k}**: {v}" for k, v in info.items())
+    body = "".join(f"## {title}\n\n{text}\n\n" for title, text in sections if text)
     goals = "\n".join(f"- {v}" for v in verdicts)
     return (
         "# mcp-era-gateway benchmark results\n\n"
         f"{head}\n- **settings**: {settings}\n\n"
         "Generated by `python -m bench.run`; see bench/README.md for what each number means.\n\n"
-        f"## Runs\n\n{runs}\n\n## Ratios against the baselines\n\n{ratios}\n\n"
-        f"## Goals\n\n{goals}\n"
+        f"{body}## Goals\n\n{goals}\n"
     )

@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import procs, report, setups
-from bench.client import BenchError, Connection, LoadResult, spawn
+from bench.client import (
+    LEGACY_ELICIT_CAPS,
+    MODERN_ELICIT_CAPS,
+    BenchError,
+    Connection,
+    LoadResult,
+    spawn,
+)
 
-GROUP_CODES = ("ml", "ll", "lm", "mm", "py1")
+GROUP_CODES = ("ml", "ll", "lm", "mm", "py1", "mrtr")
 LIVE: set[Connection] = set()
 
 
@@ -59,6 +68,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma list of {', '.join(GROUP_CODES)} (default all)",
     )
     p.add_argument(
+        "--parked",
+        type=int,
+        metavar="N",
+        default=500,
+        help="calls bench/parked_memory.py parks for the mrtr group (default 500)",
+    )
+    p.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -67,25 +83,37 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def _phase(conn: Connection, c: int, seconds: float, cap: int) -> LoadResult:
-    result = await conn.load(c, seconds, cap or 10**9)
+async def _phase(
+    conn: Connection, c: int, seconds: float, cap: int, work: str = "echo"
+) -> LoadResult:
+    result = await conn.load(c, seconds, cap or 10**9, work)
     if result.errors or conn.bad_lines:
         raise BenchError(
             f"{conn.name}: {result.errors} error replies, {conn.bad_lines} bad lines at c={c};"
             f" first: {result.first_error}"
         )
+    # Through the gateway every MRTR interaction is input_required + one retry.
+    retries = result.replies if work == "ask" and conn.client_era == "modern" else 0
+    if result.follow_ups != retries:
+        raise BenchError(f"{conn.name}: {result.follow_ups} retries for {result.replies} calls")
     return result
 
 
 async def measure(
     run: setups.Run, seconds: float, warmup: float, cap: int, logdir: Path
 ) -> report.Measured:
+    caps = None
+    if run.work == "ask":
+        caps = LEGACY_ELICIT_CAPS if run.client_era == "legacy" else MODERN_ELICIT_CAPS
     with (logdir / f"{run.key}.stderr").open("wb") as stderr:
-        conn = await spawn(run.key, list(run.command), run.client_era, stderr, str(setups.ROOT))
+        conn = await spawn(
+            run.key, list(run.command), run.client_era, stderr, str(setups.ROOT), caps
+        )
     LIVE.add(conn)
+    levels, work = report.concurrencies(run), run.work
     try:
         await conn.handshake(timeout=60.0)
-        await _phase(conn, max(report.CONCURRENCIES), warmup, 0)  # warm caches and code paths
+        await _phase(conn, max(levels), warmup, 0, work)  # warm caches and code paths
         # Latency with every process on one CPU: on 2 cores an unpinned ping-pong is
         # bimodal (same-CPU vs cross-CPU wake-ups), which would swamp a hop's cost.
         # Pin to the CPU that other work leaves most idle right now.
@@ -93,14 +121,14 @@ async def measure(
         await asyncio.sleep(0.1)
         cpu = procs.idlest_cpu(os.sched_getaffinity(0), before, procs.per_cpu_busy())
         with conn.pinned({cpu}):
-            await _phase(conn, 1, warmup / 3, 0)
-            latency = await _phase(conn, 1, seconds, cap)
-        loads = {c: await _phase(conn, c, seconds, cap) for c in report.CONCURRENCIES[:-1]}
+            await _phase(conn, 1, warmup / 3, 0, work)
+            latency = await _phase(conn, 1, seconds, cap, work)
+        loads = {c: await _phase(conn, c, seconds, cap, work) for c in levels[:-1]}
         # CPU per request at the top concurrency: stable where req/s is noisy on 2 cores.
         pids = [conn.pid, *conn.tree()]
         cpu0 = [procs.cpu_seconds(pid) or 0.0 for pid in pids]
-        top = report.CONCURRENCIES[-1]
-        loads[top] = await _phase(conn, top, seconds, cap)
+        top = levels[-1]
+        loads[top] = await _phase(conn, top, seconds, cap, work)
         used = [(procs.cpu_seconds(pid) or b) - b for pid, b in zip(pids, cpu0, strict=True)]
         cpu_us = [u / loads[top].replies * 1e6 for u in used]
         rss = procs.vm_hwm_kib(conn.pid)
@@ -112,13 +140,37 @@ async def measure(
         LIVE.discard(conn)
 
 
+async def parked_memory(calls: int, logdir: Path) -> dict[str, Any]:
+    """Run bench/parked_memory.py (its own process: tracemalloc stays out of the
+    other runs) and return its figures."""
+    with (logdir / "parked-memory.stderr").open("wb") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            *setups.parked_memory(calls),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            cwd=setups.ROOT,
+        )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 600.0)
+    except TimeoutError:
+        raise BenchError("parked_memory did not finish within 600 s") from None
+    finally:
+        if proc.returncode is None:
+            procs.kill([proc.pid])
+            await proc.wait()
+    if proc.returncode != 0:
+        raise BenchError(f"parked_memory exited with code {proc.returncode}")
+    figures: dict[str, Any] = json.loads(out)
+    return figures
+
+
 async def amain(args: argparse.Namespace) -> int:
     seconds = args.seconds or (0.5 if args.quick else 1.25)
     warmup = 0.3 if args.quick else 0.7
     if args.rounds is None:
         args.rounds = 1 if args.quick else 2
-    if args.requests < 0 or args.rounds < 1 or seconds <= 0:
-        print("--requests, --rounds and --seconds must be positive", file=sys.stderr)
+    if args.requests < 0 or args.rounds < 1 or seconds <= 0 or args.parked < 1:
+        print("--requests, --rounds, --seconds and --parked must be positive", file=sys.stderr)
         return 2
     wanted = {c.strip() for c in args.groups.split(",") if c.strip()}
     if not wanted <= set(GROUP_CODES):
@@ -130,12 +182,15 @@ async def amain(args: argparse.Namespace) -> int:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     groups = [g for g in setups.groups(not py1_why, args.profile) if g.code in wanted]
+    mrtr = setups.mrtr_group(args.profile) if "mrtr" in wanted else None
+    order = setups.runs_in_order(groups) + (list(mrtr.runs()) if mrtr else [])
     rounds: dict[str, list[report.Measured]] = {}
+    parked: dict[str, Any] | None = None
     started = time.monotonic()
     busy0, own0 = procs.machine_busy_seconds(), procs.own_cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="bench-logs-") as tmp:
         for n in range(1, args.rounds + 1):
-            for run in setups.runs_in_order(groups):
+            for run in order:
                 print(f"… round {n}/{args.rounds} {run.key:<10} {run.label}", file=sys.stderr)
                 try:
                     got = await measure(run, seconds, warmup, args.requests, Path(tmp))
@@ -145,11 +200,27 @@ async def amain(args: argparse.Namespace) -> int:
                     print(f"FAILED: {exc}\n--- stderr of {run.key} ---\n{tail}", file=sys.stderr)
                     return 1
                 rounds.setdefault(run.key, []).append(got)
+        if mrtr is not None:
+            print(f"… memory per parked call ({args.parked} calls)", file=sys.stderr)
+            try:
+                parked = await parked_memory(args.parked, Path(tmp))
+            except BenchError as exc:
+                log = Path(tmp) / "parked-memory.stderr"
+                print(f"FAILED: {exc}\n{log.read_text(errors='replace')[-2000:]}", file=sys.stderr)
+                return 1
     measured = {key: report.best_of(ms) for key, ms in rounds.items()}
     elapsed = time.monotonic() - started
     others = procs.machine_busy_seconds() - busy0 - (procs.own_cpu_seconds() - own0)
-    runs = report.runs_table(list(measured.values()))
-    ratios, verdicts = report.ratios_table(groups, measured)
+    echo = [m for m in measured.values() if m.run.work == "echo"]
+    runs = report.runs_table(echo) if echo else ""
+    ratios, verdicts = report.ratios_table(groups, measured) if groups else ("", [])
+    mrtr_text = ""
+    if mrtr is not None and parked is not None:
+        mrtr_runs = report.mrtr_table([measured[run.key] for run in mrtr.runs()])
+        mrtr_ratio, mrtr_verdicts = report.mrtr_ratios(mrtr, measured)
+        parked_table, parked_verdicts = report.parked_section(parked)
+        mrtr_text = f"{mrtr_runs}\n\n{mrtr_ratio}\n\n{parked_table}"
+        verdicts += mrtr_verdicts + parked_verdicts
     settings = (
         f"best of {args.rounds} round(s); {seconds:g} s per phase after {warmup:g} s warm-up"
         + (f", at most {args.requests} replies per phase" if args.requests else "")
@@ -157,10 +228,16 @@ async def amain(args: argparse.Namespace) -> int:
         + f"; whole run {elapsed:.0f} s"
     )
     info = report.machine_info(max(0.0, others) / elapsed)
-    print("\n" + runs + "\n\n" + ratios + "\n\n" + "\n".join(verdicts))
+    tables = [t for t in (runs, ratios, mrtr_text) if t]
+    print("\n" + "\n\n".join([*tables, "\n".join(verdicts)]))
     print(f"\n{info['date']} · nproc {info['nproc']} · {info['python']} · {settings}", flush=True)
     if args.out:
-        text = report.markdown(info, settings, runs, ratios, verdicts)
+        sections = [
+            ("Runs", runs),
+            ("Ratios against the baselines", ratios),
+            ("MRTR round trip and parked calls", mrtr_text),
+        ]
+        text = report.markdown(info, settings, sections, verdicts)
         Path(args.out).write_text(text)  # noqa: ASYNC240 (the run is over)
         print(f"written to {args.out}", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
-"""What is measured: each run is (client era, command); each group compares a
-gateway path with its direct and relay baselines."""
+"""What is measured: each run is (client era, command, work); each group
+compares a gateway path with its direct and relay baselines, and the MRTR group
+an elicitation round trip through the gateway with the same one direct."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Run:
     client_era: str  # modern | legacy
     command: tuple[str, ...]
     kind: str  # direct | relay | gateway
+    work: str = "echo"  # echo | ask (MRTR interactions; the client declares elicitation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +51,13 @@ def py1_missing() -> str | None:
     return None
 
 
-def gateway(server: tuple[str, ...], profile_to: Path | None, tag: str) -> tuple[str, ...]:
+def gateway(
+    server: tuple[str, ...], profile_to: Path | None, tag: str, *options: str
+) -> tuple[str, ...]:
     head: tuple[str, ...] = (PY,)
     if profile_to is not None:
         head = (PY, "-m", "cProfile", "-o", str(profile_to / f"gateway-{tag}.prof"))
-    return (*head, "-m", "gateway", "--log-level", "warning", "--", *server)
+    return (*head, "-m", "gateway", *options, "--log-level", "warning", "--", *server)
 
 
 def relay(server: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,6 +123,61 @@ def groups(with_py1: bool, profile_to: Path | None = None) -> list[Group]:
             )
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class MrtrGroup:
+    """An elicitation round trip: pushed to a legacy client directly, bridged
+    to input_required + retry for a modern client through the gateway."""
+
+    code: str
+    title: str
+    direct: Run
+    gateway: Run
+    no_window: Run  # informational: the gateway with [mrtr] input_batch_window = 0
+
+    def runs(self) -> tuple[Run, Run, Run]:
+        return (self.direct, self.gateway, self.no_window)
+
+
+NO_WINDOW_CONFIG = ROOT / "bench" / "mrtr_no_window.toml"
+
+
+def mrtr_group(profile_to: Path | None = None) -> MrtrGroup:
+    legacy = fast_server("legacy")
+    return MrtrGroup(
+        "mrtr",
+        "MRTR elicitation round trip, modern→legacy",
+        Run(
+            "mrtr-direct",
+            "legacy client → fast legacy, elicitation pushed",
+            "legacy",
+            legacy,
+            "direct",
+            "ask",
+        ),
+        Run(
+            "mrtr-gw",
+            "modern client → gateway → fast legacy, input_required + retry",
+            "modern",
+            gateway(legacy, profile_to, "mrtr-gw"),
+            "gateway",
+            "ask",
+        ),
+        Run(
+            "mrtr-gw-w0",
+            "as mrtr-gw, with input_batch_window = 0",
+            "modern",
+            gateway(legacy, profile_to, "mrtr-gw-w0", "--config", str(NO_WINDOW_CONFIG)),
+            "gateway",
+            "ask",
+        ),
+    )
+
+
+def parked_memory(calls: int) -> tuple[str, ...]:
+    """The in-process measurement of memory per parked call (bench/parked_memory.py)."""
+    return (PY, "-m", "bench.parked_memory", "--calls", str(calls), "--json")
 
 
 def runs_in_order(all_groups: list[Group]) -> list[Run]:
