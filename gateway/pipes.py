@@ -56,11 +56,18 @@ class PipeReader:
             if exc.errno in (errno.EBADF, errno.EIO):
                 return b""
             raise
-        await anyio.wait_readable(self.fd)
+        try:
+            await anyio.wait_readable(self.fd)
+        except anyio.ClosedResourceError:
+            return b""  # the fd was closed under us (shutdown): end of stream
         try:
             return os.read(self.fd, READ_CHUNK)
         except BlockingIOError:
             return await self.read()
+        except OSError as exc:
+            if exc.errno in (errno.EBADF, errno.EIO):
+                return b""
+            raise
 
 
 class PipeWriter:
@@ -134,10 +141,10 @@ class PipeWriter:
                 await self._wake.wait()
                 continue
             if self._async:
-                await anyio.wait_writable(self.fd)
                 try:
+                    await anyio.wait_writable(self.fd)
                     sent = self._try_write(self._buf)
-                except anyio.BrokenResourceError:
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     return
             else:
                 data = bytes(self._buf)
@@ -158,10 +165,10 @@ class PipeWriter:
         with anyio.move_on_after(timeout):
             while self._buf and self.broken is None:  # each pass waits for writability
                 if self._async:
-                    await anyio.wait_writable(self.fd)
                     try:
+                        await anyio.wait_writable(self.fd)
                         del self._buf[: self._try_write(self._buf)]
-                    except anyio.BrokenResourceError:
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                         return
                 else:
                     data = bytes(self._buf)

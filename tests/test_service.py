@@ -447,3 +447,25 @@ async def test_server_that_changes_era_across_a_restart_is_probed_again() -> Non
         reply = await c.call("tools/call", {"name": "echo", "arguments": {"text": "again"}})
         assert c.service.pool.era is era.Era.MODERN
     assert reply["result"]["content"][0]["text"] == "again"
+
+
+async def test_an_upstream_down_at_start_is_tried_again_later() -> None:
+    # DESIGN §4: an outage is never an era verdict; a sidecar started before
+    # its upstream recovers on the next request after the backoff.
+    attempts = 0
+    inner = legacy_server({"tools/call": echo})
+
+    async def down_at_first(server: ScriptedServer) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= 2:  # the first process dies in the probe, its restart too
+            server.die()
+            return
+        await inner(server)
+
+    async with gateway(down_at_first, restart_backoff_initial=0.01) as c:
+        first = await c.call("tools/call", {"name": "echo", "arguments": {"text": "a"}})
+        await anyio.sleep(0.3)  # past the backoff
+        second = await c.call("tools/call", {"name": "echo", "arguments": {"text": "b"}})
+    assert first["error"]["data"]["reason"] == "upstream-unavailable"
+    assert second["result"]["content"][0]["text"] == "b"

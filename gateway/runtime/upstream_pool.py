@@ -98,6 +98,7 @@ class UpstreamPool:
         self._crashes = 0
         self._last_crash = 0.0
         self._closing: list[ServerConnection] = []
+        self._last_attempt = 0.0
         self._hurried = False
         self.restarts = 0
 
@@ -106,14 +107,23 @@ class UpstreamPool:
         """Settle the upstream's era and open its first session."""
         self._tg = tg
         try:
-            with anyio.fail_after(self.config.startup_timeout):
-                async with self._lock:
-                    await self._open(self._default_key("local"), first=True)
-        except (TimeoutError, UpstreamUnavailable, UpstreamGone, OSError) as exc:
-            self._failure = _describe(exc) or "startup timed out"
-            log.error("upstream unavailable", reason=self._failure)
+            await self._settle_first()
         finally:
             self._ready.set()
+
+    async def _settle_first(self) -> None:
+        self._last_attempt = time.monotonic()
+        try:
+            with anyio.fail_after(self.config.startup_timeout):
+                async with self._lock:
+                    if self.profile is None:
+                        await self._open(self._default_key("local"), first=True)
+            self._failure = None
+        except (TimeoutError, UpstreamUnavailable, UpstreamGone, OSError) as exc:
+            self._failure = _describe(exc) or "startup timed out"
+            self._crashes += 1
+            self._last_crash = time.monotonic()
+            log.error("upstream unavailable", reason=self._failure)
 
     @property
     def failure(self) -> str | None:
@@ -121,9 +131,20 @@ class UpstreamPool:
 
     async def ready(self) -> UpstreamProfile:
         await self._ready.wait()
+        if self.profile is None and self._retry_due():
+            # An outage is never a verdict (DESIGN §4): a sidecar that started
+            # before its upstream tries again, at most once per backoff delay.
+            await self._settle_first()
         if self.profile is None:
             raise UpstreamUnavailable(self._failure or "upstream never became ready")
         return self.profile
+
+    def _retry_due(self) -> bool:
+        cfg = self.config
+        delay = min(
+            cfg.restart_backoff_initial * 2 ** max(self._crashes - 1, 0), cfg.restart_backoff_max
+        )
+        return bool(time.monotonic() - self._last_attempt >= delay)
 
     async def aclose(self) -> None:
         """Stop every upstream: close its stdin, wait `exit_grace`, then
@@ -339,6 +360,8 @@ class UpstreamPool:
         except UpstreamTimeout:
             return era_probe.ProbeVerdict(era.Era.LEGACY, reason="no answer to server/discover")
         except UpstreamGone as exc:
+            # The reader may not have seen the exit yet: the session is dead either way.
+            session.close(exc.reason)
             return era_probe.ProbeVerdict(era.Era.LEGACY, reason=f"died during probe: {exc.reason}")
         return era_probe.judge(reply)
 
