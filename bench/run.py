@@ -37,7 +37,7 @@ LIVE: set[Connection] = set()
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="short phases (whole run < ~40 s)")
+    p.add_argument("--quick", action="store_true", help="short phases (whole run ~50 s)")
     p.add_argument(
         "--out",
         default=str(setups.ROOT / "bench" / "RESULTS.md"),
