@@ -53,9 +53,9 @@ class Config:
     instance_id: str | None = None  # names this replica in requestState; random when unset
     state_ttl: float = 300.0  # how long a parked call waits for the client's retry
     max_rounds: int = 8
-    # Server requests sent together reach the client in one input_required if
-    # each arrives within this window of the last (seconds; 0 turns it off).
-    input_batch_window: float = 0.001
+    # Server requests that arrive in one read always share an input_required;
+    # a window (seconds) also waits for ones written further apart.
+    input_batch_window: float = 0.0
     max_parked_calls: int = 1000
     replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
     static_roots: tuple[dict[str, Any], ...] = ()  # answers roots/list outside any call
