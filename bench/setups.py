@@ -134,13 +134,13 @@ class MrtrGroup:
     title: str
     direct: Run
     gateway: Run
-    no_window: Run  # informational: the gateway with [mrtr] input_batch_window = 0
+    no_window: Run  # informational: the gateway with [mrtr] input_batch_window = 0.001
 
     def runs(self) -> tuple[Run, Run, Run]:
         return (self.direct, self.gateway, self.no_window)
 
 
-NO_WINDOW_CONFIG = ROOT / "bench" / "mrtr_no_window.toml"
+WINDOW_CONFIG = ROOT / "bench" / "mrtr_window_1ms.toml"
 
 
 def mrtr_group(profile_to: Path | None = None) -> MrtrGroup:
@@ -165,10 +165,10 @@ def mrtr_group(profile_to: Path | None = None) -> MrtrGroup:
             "ask",
         ),
         Run(
-            "mrtr-gw-w0",
+            "mrtr-gw-w1ms",
             "as mrtr-gw, with input_batch_window = 0",
             "modern",
-            gateway(legacy, profile_to, "mrtr-gw-w0", "--config", str(NO_WINDOW_CONFIG)),
+            gateway(legacy, profile_to, "mrtr-gw-w1ms", "--config", str(WINDOW_CONFIG)),
             "gateway",
             "ask",
         ),
