@@ -10,6 +10,7 @@ needs a thread.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -23,6 +24,20 @@ from gateway import wire
 from gateway.pipes import PipeReader, PipeWriter
 
 log = structlog.get_logger("gateway.backs.stdio")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: if the gateway is killed outright (SIGKILL
+    leaves it no time to stop its upstream), the kernel sends the server
+    SIGTERM, so it is never orphaned. Linux only; elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 class ServerExited(Exception):
@@ -71,6 +86,9 @@ class StdioServerProcess:
             # Its own process group: a Ctrl-C at our terminal is ours to handle,
             # and we decide when the server stops (and signal its children too).
             start_new_session=True,
+            # The gateway runs no threads of its own when it spawns; the hook
+            # only calls prctl.
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
         )
         log.info("upstream started", pid=popen.pid, command=list(command))
         return cls(popen, command, max_bytes)

@@ -314,6 +314,9 @@ class HttpFront:
         assert self.tg is not None
         try:
             await self.service.handle_client_message(link, msg, self.tg)
+            # None when the client went away first (the watcher cancelled) or
+            # the session ended under the request: both cancel it upstream.
+            reply: wire.Message | None = None
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
                 reply = await self._answer(stream, send, msg_id, modern, extra_headers)
@@ -337,7 +340,13 @@ class HttpFront:
         modern: bool,
         extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
     ) -> wire.Message | None:
-        first = await stream.receive()
+        try:
+            first = await stream.receive()
+        except anyio.EndOfStream:  # the session ended before anything came
+            await _respond(
+                send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
+            )
+            return None
         if _is_reply_to(first, msg_id):
             extra = extra_headers(first) if extra_headers else []
             status = http_binding.status_for(first) if modern else 200
@@ -361,13 +370,11 @@ class HttpFront:
             if _is_reply_to(msg, msg_id):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return msg
-            with anyio.move_on_after(KEEPALIVE) as idle:
-                msg = await stream.receive()
-            if idle.cancelled_caught:
-                await send(
-                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
-                )
-                msg = await stream.receive()
+            try:
+                msg = await _next_or_keepalive(stream, send)
+            except anyio.EndOfStream:  # the session ended under the request
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return None
 
     def _observe(self, reply: wire.Message) -> None:
         """Remember x-mcp-header annotations from tools/list results, to
@@ -455,6 +462,17 @@ class HttpFront:
 
 def _is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
     return "method" not in msg and msg.get("id") == msg_id
+
+
+async def _next_or_keepalive(
+    stream: MemoryObjectReceiveStream[wire.Message], send: Send
+) -> wire.Message:
+    """The stream's next message, with an SSE comment every KEEPALIVE seconds
+    of silence so that proxies keep the response open."""
+    while True:  # each pass waits KEEPALIVE at most
+        with anyio.move_on_after(KEEPALIVE):
+            return await stream.receive()
+        await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
 def _sse(msg: wire.Message) -> bytes:

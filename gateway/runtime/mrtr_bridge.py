@@ -21,6 +21,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup
 
@@ -254,7 +255,7 @@ class MrtrBridge:
         each arrival within it extends the wait (off by default, because every
         round trip pays it)."""
         for _ in range(3):
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         window = self.config.input_batch_window
         if window <= 0:
             return

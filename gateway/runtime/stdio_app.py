@@ -64,9 +64,14 @@ class _Stopping:
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if not self.started:
+                    # A signal means the client (or a supervisor) wants us gone
+                    # now: MCP clients escalate to SIGKILL about a second later,
+                    # so there is no time to let the upstream notice its stdin.
                     log.info("signal received; shutting down", signal=name)
                     self.started = True
                     self.reading.cancel()
+                    self.hurry.set()
+                    self.service.pool.hurry()
                 else:
                     log.warning("signal during shutdown; stopping the upstream now", signal=name)
                     self.hurry.set()
