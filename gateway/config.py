@@ -34,6 +34,7 @@ class Config:
     probe_timeout: float = 5.0
     startup_timeout: float = 30.0
     request_timeout: float = 120.0
+    listen_timeout: float = 86400.0  # the longest a subscriptions/listen may stay open
     shutdown_grace: float = 5.0  # to drain in-flight calls at shutdown
     # After closing the upstream's stdin, how long before SIGTERM (and again
     # before SIGKILL). Short by default: MCP clients give their server about
@@ -148,6 +149,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("upstream", "probe_timeout"): "probe_timeout",
     ("upstream", "startup_timeout"): "startup_timeout",
     ("upstream", "request_timeout"): "request_timeout",
+    ("upstream", "listen_timeout"): "listen_timeout",
     ("upstream", "restart_backoff_initial"): "restart_backoff_initial",
     ("upstream", "restart_backoff_max"): "restart_backoff_max",
     ("http", "allowed_hosts"): "http_allowed_hosts",

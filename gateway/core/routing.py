@@ -152,8 +152,6 @@ def _route_modern(
                 ),
             )
         )
-    if method == "subscriptions/listen":
-        return _method_not_found(msg_id, method, "not yet bridged to legacy servers")
     return Forward(
         method, translate.strip_modern_meta(params), Shape.TO_MODERN, era.Era.MODERN, caps, level
     )

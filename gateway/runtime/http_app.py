@@ -5,6 +5,8 @@ upstream is stopped like in stdio mode."""
 
 from __future__ import annotations
 
+import socket
+
 import anyio
 import structlog
 import uvicorn
@@ -17,12 +19,26 @@ from gateway.runtime.service import GatewayService
 log = structlog.get_logger("gateway.http")
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, ending listen streams gracefully before it waits for open
+    requests to finish (they never would)."""
+
+    def __init__(self, service: GatewayService, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._service.end_subscriptions()
+        await super().shutdown(sockets)
+
+
 async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
     service = GatewayService(config)
     front = HttpFront(service, Metrics())
-    server = uvicorn.Server(
+    server = _Server(
+        service,
         uvicorn.Config(
             front,
             host=host,
@@ -34,7 +50,7 @@ async def serve_http(config: Config) -> int:
             loop="asyncio",
             timeout_graceful_shutdown=int(config.shutdown_grace) or 1,
             h11_max_incomplete_event_size=config.max_message_bytes,
-        )
+        ),
     )
     async with anyio.create_task_group() as root:
         front.tg = root

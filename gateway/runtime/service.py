@@ -14,6 +14,7 @@ from gateway import era, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing
+from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.client_link import (
     CURRENT_REQUEST,
@@ -22,9 +23,11 @@ from gateway.runtime.client_link import (
     InflightCall,
 )
 from gateway.runtime.legacy_input import LegacyInputLoop
+from gateway.runtime.listens import Listens, upstream_subscription
 from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.upstream_pool import Connector, UpstreamPool, UpstreamUnavailable
 from gateway.runtime.upstream_session import (
+    PendingCall,
     ProgressRoute,
     UpstreamGone,
     UpstreamSession,
@@ -59,6 +62,7 @@ class GatewayService:
         self.config = config
         self.pool = UpstreamPool(config, self._on_server_message, tap, connect, corker=self)
         self.bridge = MrtrBridge(config, self._forward, self._shape)
+        self.listens = Listens(config)
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
 
@@ -119,7 +123,7 @@ class GatewayService:
                 return False  # rare, and worth its log line
             link.send_nowait(decision.message)
             return True
-        if decision.method == "logging/setLevel":
+        if decision.method in ("logging/setLevel", "subscriptions/listen"):
             return False
         if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
             return False
@@ -275,6 +279,11 @@ class GatewayService:
                 if isinstance(decision, routing.Reply):
                     return decision.message
                 session = await self.pool.session_for(link.principal, decision.client_capabilities)
+            if (
+                decision.method == "subscriptions/listen"
+                and decision.shape is routing.Shape.TO_MODERN
+            ):
+                return await self.listens.listen(link, msg, session)
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
             reply = await self._leased_forward(link, decision, session)
@@ -385,6 +394,9 @@ class GatewayService:
         if token is not None:
             upstream_token = session.progress_token(link, token)
             params = _with_progress_token(params, upstream_token)
+        if decision.method == "subscriptions/listen":
+            # A listen lasts until the client cancels it; its bound is a long one.
+            timeout = timeout or self.config.listen_timeout
         try:
             return await session.call(
                 decision.method,
@@ -392,6 +404,7 @@ class GatewayService:
                 timeout=timeout or self.config.request_timeout,
                 owner=link,
                 log_level=decision.log_level,
+                client_id=CURRENT_REQUEST.get(),
             )
         finally:
             if upstream_token is not None:
@@ -594,7 +607,19 @@ class GatewayService:
                             ),
                         )
             return
+        subscription = upstream_subscription(msg)
+        if subscription is not None and isinstance(subscription, int):
+            # A modern server's listen stream: back under the client's own id.
+            listen = session.pending.get(subscription)
+            if (
+                isinstance(listen, PendingCall)
+                and isinstance(listen.owner, ClientLink)
+                and listen.client_id is not None
+            ):
+                await _send_quietly(listen.owner, subs_core.tagged(msg, listen.client_id))
+            return
         if session.profile is not None and session.profile.era is era.Era.LEGACY:
+            await self.listens.deliver(session, msg)
             # Same-era passthrough for legacy clients (list_changed, resources/updated, …).
             for link in list(self.links):
                 if link.session is not None:
@@ -620,6 +645,10 @@ class GatewayService:
                 link.uncork()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.debug("client output closed", link=link.id)
+
+    def end_subscriptions(self) -> None:
+        """Shutdown begins: listens end with their graceful closing result."""
+        self.listens.end_all()
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None

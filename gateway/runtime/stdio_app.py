@@ -36,6 +36,7 @@ async def serve_stdio(config: Config, in_fd: int = 0, out_fd: int = 1) -> int:
             with stopping.reading:
                 await _read_loop(front, service, link, requests)
             stopping.begin()
+            service.end_subscriptions()
             await _drain(link, config.shutdown_grace, stopping.hurry)
             requests.cancel_scope.cancel()
         await front.flush(config.shutdown_grace)

@@ -77,6 +77,9 @@ class PendingCall:
     on_reply: ReplyCallback | None = None
     deadline: float = 0.0
     method: str = ""
+    # The client's id for the request, where something must be mapped back
+    # to it (a modern server's subscription ids).
+    client_id: wire.RequestId | None = None
 
     def settle(self, reply: wire.Message) -> None:
         if self.on_reply is not None:
@@ -150,6 +153,7 @@ class UpstreamSession:
         timeout: float,
         owner: object | None = None,
         log_level: str | None = None,
+        client_id: wire.RequestId | None = None,
     ) -> wire.Message:
         """Send a request and wait for its reply (a result or an error message).
 
@@ -161,7 +165,7 @@ class UpstreamSession:
             raise UpstreamGone(self.closed_reason)
         msg_id = self.next_id()
         done = anyio.Event()
-        pending = PendingCall(owner, log_level, done, method=method)
+        pending = PendingCall(owner, log_level, done, method=method, client_id=client_id)
         self.pending[msg_id] = pending
         sent = False
         try:

@@ -1,0 +1,97 @@
+"""`subscriptions/listen` at work (DESIGN §5.1.9): for a legacy upstream the
+gateway acknowledges, subscribes the shared session to the URIs (once per URI,
+however many listeners), and delivers the server's change notifications
+tagged with each listener's subscription id; for a modern upstream it maps the
+server's subscription ids back to the clients'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+
+from gateway import era, wire
+from gateway.config import Config
+from gateway.core import subscriptions as subs
+from gateway.runtime.client_link import ClientLink
+from gateway.runtime.upstream_session import UpstreamSession
+
+log = structlog.get_logger("gateway.listen")
+
+
+@dataclass(eq=False)
+class ActiveListen:
+    listener: subs.Listener
+    link: ClientLink
+    session: UpstreamSession
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Listens:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.table = subs.SubscriptionTable()
+        self.active: dict[subs.Listener, ActiveListen] = {}
+
+    async def listen(
+        self, link: ClientLink, msg: wire.Message, session: UpstreamSession
+    ) -> wire.Message:
+        """Serve one listen on a legacy session until the client cancels it
+        (its task is cancelled) or the gateway ends it gracefully."""
+        msg_id = msg["id"]
+        try:
+            wanted = subs.parse_filter(msg.get("params"))
+        except subs.BadFilter as exc:
+            return wire.error_response(msg_id, wire.INVALID_PARAMS, f"Invalid params: {exc}")
+        profile = session.profile
+        granted = subs.supported(wanted, profile.capabilities if profile else {})
+        listener = subs.Listener(link, msg_id, granted)
+        active = ActiveListen(listener, link, session)
+        self.active[listener] = active
+        try:
+            for uri in self.table.add(listener):
+                reply = await session.call(
+                    "resources/subscribe", {"uri": uri}, timeout=self.config.request_timeout
+                )
+                if "error" in reply:
+                    log.warning(
+                        "upstream refused resources/subscribe", uri=uri, error=reply["error"]
+                    )
+            await link.send(subs.acknowledgement(granted, msg_id))
+            log.info("listening", subscription=msg_id, filter=granted.as_params())
+            await active.ended.wait()
+            return wire.result_response(msg_id, subs.closing_result(msg_id))
+        finally:
+            del self.active[listener]
+            gone = self.table.remove(listener)
+            if gone and session.alive:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    for uri in gone:
+                        await session.call(
+                            "resources/unsubscribe",
+                            {"uri": uri},
+                            timeout=self.config.request_timeout,
+                        )
+
+    async def deliver(self, session: UpstreamSession, msg: wire.Message) -> None:
+        """A legacy server's change notification, to every listener that asked."""
+        for listener in self.table.matching(msg):
+            active = self.active.get(listener)
+            if active is None or active.session is not session:
+                continue
+            try:
+                await active.link.send(subs.tagged(msg, listener.subscription_id))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                active.ended.set()
+
+    def end_all(self) -> None:
+        """Shutdown: every listen gets its graceful closing result."""
+        for active in self.active.values():
+            active.ended.set()
+
+
+def upstream_subscription(msg: wire.Message) -> object:
+    """The subscription id a modern server's notification carries, if any."""
+    meta = (msg.get("params") or {}).get("_meta")
+    return meta.get(era.SUBSCRIPTION_ID) if isinstance(meta, dict) else None

@@ -1,0 +1,124 @@
+"""subscriptions/listen across eras (2026-07-28 basic/patterns/subscriptions:
+"Acknowledgment", "Receiving Notifications", "Multiple Concurrent
+Subscriptions", "Cancellation", "Graceful Closure"; DESIGN §5.1.9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway import era, wire
+from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
+
+pytestmark = pytest.mark.anyio
+
+META = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+CAPS = {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True}}
+
+
+async def ok(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    return {}
+
+
+def listen(msg_id: int, **notifications: Any) -> wire.Message:
+    return wire.request(
+        msg_id, "subscriptions/listen", {"notifications": notifications, "_meta": dict(META)}
+    )
+
+
+def sub_id(msg: wire.Message) -> Any:
+    return msg["params"]["_meta"][era.SUBSCRIPTION_ID]
+
+
+async def test_listen_on_a_legacy_server() -> None:
+    seen = Recorder()
+    handlers = {"resources/subscribe": ok, "resources/unsubscribe": ok}
+    async with gateway(legacy_server(handlers, capabilities=CAPS, log=seen)) as c:
+        await c.send(
+            listen(
+                7, toolsListChanged=True, promptsListChanged=True, resourceSubscriptions=["a://1"]
+            )
+        )
+        ack = await c.next()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert sub_id(ack) == 7
+        # The server cannot notify prompt changes: omitted from the acknowledged subset.
+        assert ack["params"]["notifications"] == {
+            "toolsListChanged": True,
+            "resourceSubscriptions": ["a://1"],
+        }
+        assert (await seen.wait_for("resources/subscribe"))["params"] == {"uri": "a://1"}
+        server = c.upstream.spawned[0]
+        await server.emit(wire.notification("notifications/resources/updated", {"uri": "a://2"}))
+        await server.emit(wire.notification("notifications/prompts/list_changed"))
+        await server.emit(wire.notification("notifications/tools/list_changed"))
+        await server.emit(wire.notification("notifications/resources/updated", {"uri": "a://1"}))
+        first, second = await c.next(), await c.next()
+        assert (first["method"], sub_id(first)) == ("notifications/tools/list_changed", 7)
+        assert second["params"]["uri"] == "a://1" and sub_id(second) == 7
+        await c.send(wire.notification("notifications/cancelled", {"requestId": 7}))
+        assert (await seen.wait_for("resources/unsubscribe"))["params"] == {"uri": "a://1"}
+        with pytest.raises(TimeoutError):
+            await c.next(timeout=0.2)  # a cancelled listen gets no answer
+
+
+async def test_one_upstream_subscription_per_uri_across_listeners() -> None:
+    seen = Recorder()
+    handlers = {"resources/subscribe": ok, "resources/unsubscribe": ok}
+    async with gateway(legacy_server(handlers, capabilities=CAPS, log=seen)) as c:
+        await c.send(listen(1, resourceSubscriptions=["a://1"]))
+        await c.next()
+        await c.send(listen(2, resourceSubscriptions=["a://1", "a://2"]))
+        await c.next()
+        await c.send(wire.notification("notifications/cancelled", {"requestId": 1}))
+        await anyio.sleep(0.05)
+        await c.send(wire.notification("notifications/cancelled", {"requestId": 2}))
+        await seen.wait_for("resources/unsubscribe")
+        await anyio.sleep(0.05)
+    subscribed = [m["params"]["uri"] for m in seen if m.get("method") == "resources/subscribe"]
+    unsubscribed = [m["params"]["uri"] for m in seen if m.get("method") == "resources/unsubscribe"]
+    assert subscribed == ["a://1", "a://2"]
+    assert sorted(unsubscribed) == ["a://1", "a://2"]
+
+
+async def test_shutdown_ends_a_listen_gracefully() -> None:
+    async with gateway(legacy_server(capabilities=CAPS)) as c:
+        await c.send(listen(5, toolsListChanged=True))
+        await c.next()
+        c.service.end_subscriptions()
+        final = await c.next()
+    assert final["id"] == 5
+    assert final["result"] == {"resultType": "complete", "_meta": {era.SUBSCRIPTION_ID: 5}}
+
+
+async def test_bad_filter_is_invalid_params() -> None:
+    async with gateway(legacy_server(capabilities=CAPS)) as c:
+        reply = await c.call("subscriptions/listen", {"notifications": {"toolsListChanged": 1}})
+    assert reply["error"]["code"] == wire.INVALID_PARAMS
+
+
+async def test_listen_on_a_modern_server_keeps_the_clients_id() -> None:
+    async def listen_handler(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.emit(
+            wire.notification(
+                "notifications/subscriptions/acknowledged",
+                {
+                    "_meta": {era.SUBSCRIPTION_ID: msg["id"]},
+                    "notifications": {"toolsListChanged": True},
+                },
+            )
+        )
+        await server.emit(
+            wire.notification(
+                "notifications/tools/list_changed", {"_meta": {era.SUBSCRIPTION_ID: msg["id"]}}
+            )
+        )
+        await anyio.sleep_forever()
+
+    async with gateway(modern_server({"subscriptions/listen": listen_handler})) as c:
+        await c.send(listen(42, toolsListChanged=True))
+        ack, changed = await c.next(), await c.next()
+    assert sub_id(ack) == 42 and sub_id(changed) == 42
+    assert changed["method"] == "notifications/tools/list_changed"
