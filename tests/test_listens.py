@@ -122,3 +122,62 @@ async def test_listen_on_a_modern_server_keeps_the_clients_id() -> None:
         ack, changed = await c.next(), await c.next()
     assert sub_id(ack) == 42 and sub_id(changed) == 42
     assert changed["method"] == "notifications/tools/list_changed"
+
+
+# -- a legacy session of a modern server (DESIGN §5.2.6) ---------------------------
+
+
+def modern_listener(seen: list[wire.Message]) -> Any:
+    async def handler(server: ScriptedServer, msg: wire.Message) -> None:
+        seen.append(msg)
+        ack = {
+            "_meta": {era.SUBSCRIPTION_ID: msg["id"]},
+            "notifications": msg["params"]["notifications"],
+        }
+        await server.emit(wire.notification("notifications/subscriptions/acknowledged", ack))
+        await anyio.sleep_forever()
+
+    return handler
+
+
+async def test_legacy_session_hears_list_changed_and_resource_updates() -> None:
+    listens: list[wire.Message] = []
+    upstream = Recorder()
+    caps = {"tools": {"listChanged": True}, "resources": {"subscribe": True}}
+    behaviour = modern_server(
+        {"subscriptions/listen": modern_listener(listens)}, capabilities=caps, log=upstream
+    )
+    async with gateway(behaviour) as c:
+        init = await c.initialize()
+        assert init["result"]["capabilities"]["resources"] == {"subscribe": True}
+        await upstream.wait_for("subscriptions/listen")
+        with anyio.fail_after(2):
+            while not listens:  # noqa: ASYNC110 - the handler runs in another task
+                await anyio.sleep(0.01)
+        server = c.upstream.spawned[0]
+        first_id = listens[0]["id"]
+        assert listens[0]["params"]["notifications"] == {"toolsListChanged": True}
+        await server.emit(
+            wire.notification(
+                "notifications/tools/list_changed", {"_meta": {era.SUBSCRIPTION_ID: first_id}}
+            )
+        )
+        changed = await c.next()
+        assert changed == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        reply = await c.call("resources/subscribe", {"uri": "r://x"}, modern=False)
+        assert reply["result"] == {}
+        second = listens[-1]
+        assert second["params"]["notifications"] == {
+            "toolsListChanged": True,
+            "resourceSubscriptions": ["r://x"],
+        }
+        cancel = await upstream.wait_for("notifications/cancelled")
+        assert cancel["params"]["requestId"] == first_id  # the old listen, once replaced
+        await server.emit(
+            wire.notification(
+                "notifications/resources/updated",
+                {"uri": "r://x", "_meta": {era.SUBSCRIPTION_ID: second["id"]}},
+            )
+        )
+        updated = await c.next()
+    assert updated["params"] == {"uri": "r://x"}

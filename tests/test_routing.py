@@ -116,8 +116,11 @@ def test_initialize_against_modern_server_is_answered_by_the_gateway() -> None:
     assert result["protocolVersion"] == "2025-06-18"
     assert result["serverInfo"] == {"name": "new", "version": "2"}
     assert result["instructions"] == "modern says hi"
-    # Legacy shape: no extensions, no modern-only result fields; subscribe not yet bridged.
-    assert result["capabilities"] == {"tools": {}, "resources": {"listChanged": True}}
+    # Legacy shape: no extensions, no modern-only result fields.
+    assert result["capabilities"] == {
+        "tools": {},
+        "resources": {"subscribe": True, "listChanged": True},
+    }
     assert "resultType" not in result and "ttlMs" not in result
 
 

@@ -107,7 +107,17 @@ def route_request(
     if profile.era is era.Era.LEGACY:
         return Forward(method, params, Shape.PASS, era.Era.LEGACY, caps, session.log_level)
     if method in ("resources/subscribe", "resources/unsubscribe"):
-        return _method_not_found(msg_id, method, "not yet bridged to modern servers")
+        # DESIGN §5.2.6: served by the session's upstream subscriptions/listen.
+        resources = profile.capabilities.get("resources")
+        if not (isinstance(resources, dict) and resources.get("subscribe")):
+            return _method_not_found(msg_id, method, "the server offers no resource subscriptions")
+        if not isinstance((params or {}).get("uri"), str):
+            return Reply(
+                wire.error_response(
+                    msg_id, wire.INVALID_PARAMS, "Invalid params: uri must be a string"
+                )
+            )
+        return Forward(method, params, Shape.TO_LEGACY, era.Era.LEGACY, caps, session.log_level)
     if method in era.MODERN_ONLY:
         return _method_not_found(msg_id, method, f"not part of protocol {session.version}")
     upstream_params = translate.add_modern_meta(
@@ -207,16 +217,10 @@ def _open_session(
 
 
 def legacy_server_capabilities(modern_caps: dict[str, Any]) -> dict[str, Any]:
-    """A modern server's capabilities as a legacy client may use them today.
-
-    Resource subscriptions need `subscriptions/listen`, which is not bridged yet,
-    so `resources.subscribe` is not advertised rather than promised and broken.
-    """
-    caps = era.server_caps_to_legacy(modern_caps)
-    resources = caps.get("resources")
-    if isinstance(resources, dict) and resources.get("subscribe"):
-        caps["resources"] = {k: v for k, v in resources.items() if k != "subscribe"}
-    return caps
+    """A modern server's capabilities as a legacy client sees them: the same,
+    less what the legacy era has no place for. `listChanged` and `subscribe`
+    stay: the session's upstream listen delivers them (DESIGN §5.2.6)."""
+    return era.server_caps_to_legacy(modern_caps)
 
 
 def shape_reply(

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -62,6 +63,8 @@ class ClientLink:
     inflight: dict[wire.RequestId, InflightCall] = field(default_factory=dict)
     server_requests: dict[str, ForwardedServerRequest] = field(default_factory=dict)
     id: int = field(default_factory=lambda: next(_link_ids))
+    # The upstream listen that serves a legacy session of a modern server.
+    session_listen: Any = None
     # Set when the last in-flight call ends while someone waits to drain.
     drained: anyio.Event | None = None
     _next_server_request: int = 0

@@ -25,6 +25,8 @@ from gateway.runtime.client_link import (
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
 from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
+from gateway.runtime.session_listen import SessionListen
+from gateway.runtime.session_listen import _Stream as SessionListenStream
 from gateway.runtime.upstream_pool import Connector, UpstreamPool, UpstreamUnavailable
 from gateway.runtime.upstream_session import (
     PendingCall,
@@ -36,6 +38,11 @@ from gateway.runtime.upstream_session import (
 )
 
 log = structlog.get_logger("gateway")
+
+# Methods the fast path leaves to the task path: they wait on more than a reply.
+_TASK_ONLY = frozenset(
+    {"logging/setLevel", "subscriptions/listen", "resources/subscribe", "resources/unsubscribe"}
+)
 
 # Methods during which a legacy server has no reason to ask its client anything:
 # they skip the session lease, so listing never waits behind a parked call.
@@ -123,7 +130,7 @@ class GatewayService:
                 return False  # rare, and worth its log line
             link.send_nowait(decision.message)
             return True
-        if decision.method in ("logging/setLevel", "subscriptions/listen"):
+        if decision.method in _TASK_ONLY:
             return False
         if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
             return False
@@ -279,6 +286,16 @@ class GatewayService:
                 if isinstance(decision, routing.Reply):
                     return decision.message
                 session = await self.pool.session_for(link.principal, decision.client_capabilities)
+            if decision.shape is routing.Shape.TO_LEGACY and decision.method in (
+                "resources/subscribe",
+                "resources/unsubscribe",
+            ):
+                # DESIGN §5.2.6: served by the session's upstream listen.
+                uri = (decision.params or {}).get("uri")
+                await self._session_listen(link).change(
+                    session, uri, decision.method == "resources/subscribe"
+                )
+                return wire.result_response(msg_id, {})
             if (
                 decision.method == "subscriptions/listen"
                 and decision.shape is routing.Shape.TO_MODERN
@@ -429,6 +446,13 @@ class GatewayService:
         profile = self.pool.profile
         if profile is None:
             return
+        if (
+            method == "notifications/initialized"
+            and link.session is not None
+            and profile.era is era.Era.MODERN
+            and self._tg is not None
+        ):
+            self._tg.start_soon(self._open_session_listen, link)
         upstream_msg = routing.route_notification(msg, link.session, profile)
         if upstream_msg is None:
             return
@@ -458,6 +482,8 @@ class GatewayService:
             self.cancel_request(link, msg_id)
         for forwarded in link.server_requests.values():
             forwarded.done.set()
+        if link.session_listen is not None:
+            link.session_listen.close()
         self.links.discard(link)
 
     def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
@@ -611,6 +637,9 @@ class GatewayService:
         if subscription is not None and isinstance(subscription, int):
             # A modern server's listen stream: back under the client's own id.
             listen = session.pending.get(subscription)
+            if isinstance(listen, PendingCall) and isinstance(listen.tag, SessionListenStream):
+                await listen.tag.owner.on_notification(listen.tag, msg)
+                return
             if (
                 isinstance(listen, PendingCall)
                 and isinstance(listen.owner, ClientLink)
@@ -645,6 +674,25 @@ class GatewayService:
                 link.uncork()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.debug("client output closed", link=link.id)
+
+    def _session_listen(self, link: ClientLink) -> SessionListen:
+        if link.session_listen is None:
+            assert self._tg is not None
+
+            async def session_for() -> UpstreamSession:
+                return await self.pool.session_for(link.principal, {})
+
+            link.session_listen = SessionListen(self.config, link, self._tg, session_for)
+        listen: SessionListen = link.session_listen
+        return listen
+
+    async def _open_session_listen(self, link: ClientLink) -> None:
+        """A legacy session of a modern server hears list_changed from the start."""
+        try:
+            session = await self.pool.session_for(link.principal, {})
+            await self._session_listen(link).reopen(session)
+        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+            log.warning("cannot open the session's upstream listen", error=str(exc))
 
     def end_subscriptions(self) -> None:
         """Shutdown begins: listens end with their graceful closing result."""

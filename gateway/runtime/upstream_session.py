@@ -80,6 +80,8 @@ class PendingCall:
     # The client's id for the request, where something must be mapped back
     # to it (a modern server's subscription ids).
     client_id: wire.RequestId | None = None
+    # Whoever must see the server's notifications about this call (a listen).
+    tag: object | None = None
 
     def settle(self, reply: wire.Message) -> None:
         if self.on_reply is not None:
@@ -154,6 +156,7 @@ class UpstreamSession:
         owner: object | None = None,
         log_level: str | None = None,
         client_id: wire.RequestId | None = None,
+        tag: object | None = None,
     ) -> wire.Message:
         """Send a request and wait for its reply (a result or an error message).
 
@@ -165,7 +168,7 @@ class UpstreamSession:
             raise UpstreamGone(self.closed_reason)
         msg_id = self.next_id()
         done = anyio.Event()
-        pending = PendingCall(owner, log_level, done, method=method, client_id=client_id)
+        pending = PendingCall(owner, log_level, done, method=method, client_id=client_id, tag=tag)
         self.pending[msg_id] = pending
         sent = False
         try:
