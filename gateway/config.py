@@ -48,6 +48,7 @@ class Config:
     cache_ttl_ms: dict[str, int] = field(default_factory=dict)
     cache_scope: dict[str, str] = field(default_factory=dict)
     default_ttl_ms: int = 0
+    notified_ttl_ms: int = 60_000
     default_cache_scope: str = "private"
     # MRTR bridge (DESIGN §5.1.6-5.1.8)
     state_key: str | None = None  # HMAC key for requestState; random per process when unset
@@ -72,9 +73,13 @@ class Config:
     log_level: str = "info"
     log_format: str = "console"  # console | json
 
-    def cache_hint(self, method: str) -> CacheHint:
+    def cache_hint(self, method: str, notified: bool = False) -> CacheHint:
+        """The hints for a translated result. `notified`: the upstream declares
+        change notifications for it, so a client that listens learns of changes
+        and a longer freshness is safe (2026-07-28 "Interaction with Notifications")."""
+        default = self.notified_ttl_ms if notified else self.default_ttl_ms
         return CacheHint(
-            ttl_ms=self.cache_ttl_ms.get(method, self.default_ttl_ms),
+            ttl_ms=self.cache_ttl_ms.get(method, default),
             scope=self.cache_scope.get(method, self.default_cache_scope),
         )
 
@@ -168,6 +173,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("mrtr", "replay_tools"): "replay_tools",
     ("mrtr", "static_roots"): "static_roots",
     ("cache", "default_ttl_ms"): "default_ttl_ms",
+    ("cache", "notified_ttl_ms"): "notified_ttl_ms",
     ("cache", "default_scope"): "default_cache_scope",
     ("cache", "ttl_ms"): "cache_ttl_ms",
     ("cache", "scope"): "cache_scope",

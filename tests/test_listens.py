@@ -181,3 +181,24 @@ async def test_legacy_session_hears_list_changed_and_resource_updates() -> None:
         )
         updated = await c.next()
     assert updated["params"] == {"uri": "r://x"}
+
+
+async def test_subscriptions_survive_an_upstream_restart() -> None:
+    seen = Recorder()
+    handlers = {"resources/subscribe": ok, "resources/unsubscribe": ok}
+    behaviour = legacy_server(handlers, capabilities=CAPS, log=seen)
+    async with gateway(behaviour, restart_backoff_initial=0.01) as c:
+        await c.send(listen(3, toolsListChanged=True, resourceSubscriptions=["a://1"]))
+        await c.next()  # the acknowledgement
+        c.upstream.spawned[0].die()
+        changed = await c.next()
+        # The new process is subscribed again, and the listener told to re-fetch.
+        assert (changed["method"], sub_id(changed)) == ("notifications/tools/list_changed", 3)
+        assert len(c.upstream.spawned) == 2
+        subscribes = [m for m in seen if m.get("method") == "resources/subscribe"]
+        assert [m["params"]["uri"] for m in subscribes] == ["a://1", "a://1"]
+        await c.upstream.spawned[1].emit(
+            wire.notification("notifications/resources/updated", {"uri": "a://1"})
+        )
+        updated = await c.next()
+    assert updated["params"]["uri"] == "a://1" and sub_id(updated) == 3

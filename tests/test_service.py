@@ -469,3 +469,17 @@ async def test_an_upstream_down_at_start_is_tried_again_later() -> None:
         second = await c.call("tools/call", {"name": "echo", "arguments": {"text": "b"}})
     assert first["error"]["data"]["reason"] == "upstream-unavailable"
     assert second["result"]["content"][0]["text"] == "b"
+
+
+async def test_cache_hints_reflect_whether_the_server_notifies_changes() -> None:
+    async def listing(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        return {"tools": [], "prompts": []}
+
+    caps = {"tools": {"listChanged": True}, "prompts": {}}
+    handlers = {"tools/list": listing, "prompts/list": listing}
+    async with gateway(legacy_server(handlers, capabilities=caps), cache_ttl_ms={}) as c:
+        tools = await c.call("tools/list")
+        prompts = await c.call("prompts/list")
+    # 2026-07-28 "Caching", "Interaction with Notifications".
+    assert tools["result"]["ttlMs"] == 60_000
+    assert prompts["result"]["ttlMs"] == 0

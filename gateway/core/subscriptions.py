@@ -65,6 +65,21 @@ def supported(wanted: Filter, server_caps: dict[str, Any]) -> Filter:
     return Filter(kinds, wanted.uris if can_subscribe else ())
 
 
+# Which capability says a cacheable list can notify its changes.
+_NOTIFIED_BY = {
+    "tools/list": "tools",
+    "prompts/list": "prompts",
+    "resources/list": "resources",
+    "resources/templates/list": "resources",
+}
+
+
+def notifies_changes(method: str, server_caps: dict[str, Any]) -> bool:
+    kind = _NOTIFIED_BY.get(method)
+    caps = server_caps.get(kind) if kind else None
+    return isinstance(caps, dict) and bool(caps.get("listChanged"))
+
+
 def tagged(msg: wire.Message, subscription_id: wire.RequestId) -> wire.Message:
     """A notification as it goes out on a subscription, its id in `_meta`."""
     params = dict(msg.get("params") or {})

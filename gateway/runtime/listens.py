@@ -6,6 +6,7 @@ server's subscription ids back to the clients'."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -84,6 +85,37 @@ class Listens:
                 await active.link.send(subs.tagged(msg, listener.subscription_id))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 active.ended.set()
+
+    async def session_lost(
+        self, dead: UpstreamSession, replace: Callable[[], Awaitable[UpstreamSession]]
+    ) -> None:
+        """DESIGN §5.1.9 / issue: listens outlive an upstream restart. The new
+        session is subscribed to the same URIs, and every listener is told the
+        lists changed, since it cannot know what changed meanwhile."""
+        moved = [a for a in self.active.values() if a.session is dead]
+        if not moved:
+            return
+        try:
+            session = await replace()
+        except Exception as exc:  # still down: the listeners keep waiting
+            log.warning("cannot re-establish subscriptions after an upstream exit", error=str(exc))
+            return
+        for uri in sorted(self.table.uri_refs):
+            reply = await session.call(
+                "resources/subscribe", {"uri": uri}, timeout=self.config.request_timeout
+            )
+            if "error" in reply:
+                log.warning("upstream refused resources/subscribe", uri=uri, error=reply["error"])
+        for active in moved:
+            active.session = session
+            listener = active.listener
+            for kind in sorted(listener.filter.kinds):
+                note = wire.notification(subs.LIST_CHANGED[kind][1])
+                try:
+                    await active.link.send(subs.tagged(note, listener.subscription_id))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    active.ended.set()
+        log.info("subscriptions re-established after an upstream restart", listeners=len(moved))
 
     def end_all(self) -> None:
         """Shutdown: every listen gets its graceful closing result."""

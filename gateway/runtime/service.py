@@ -70,6 +70,7 @@ class GatewayService:
         self.pool = UpstreamPool(config, self._on_server_message, tap, connect, corker=self)
         self.bridge = MrtrBridge(config, self._forward, self._shape)
         self.listens = Listens(config)
+        self.pool.on_session_lost = self._session_lost
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
 
@@ -388,7 +389,13 @@ class GatewayService:
         profile = session.profile or self.pool.profile
         assert profile is not None
         return routing.shape_reply(
-            decision, reply, client_id, profile, self.config.cache_hint(decision.method)
+            decision,
+            reply,
+            client_id,
+            profile,
+            self.config.cache_hint(
+                decision.method, subs_core.notifies_changes(decision.method, profile.capabilities)
+            ),
         )
 
     async def _forward(
@@ -693,6 +700,15 @@ class GatewayService:
             await self._session_listen(link).reopen(session)
         except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
             log.warning("cannot open the session's upstream listen", error=str(exc))
+
+    async def _session_lost(self, session: UpstreamSession) -> None:
+        principal = session.key.principal
+
+        async def replace() -> UpstreamSession:
+            return await self.pool.session_for(principal if principal != "*" else "local", {})
+
+        assert self._tg is not None
+        self._tg.start_soon(self.listens.session_lost, session, replace)
 
     def end_subscriptions(self) -> None:
         """Shutdown begins: listens end with their graceful closing result."""

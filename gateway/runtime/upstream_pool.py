@@ -98,6 +98,9 @@ class UpstreamPool:
         self._crashes = 0
         self._last_crash = 0.0
         self._closing: list[ServerConnection] = []
+        # Told when a session dies unasked (the service re-establishes what
+        # lived on it, e.g. resource subscriptions).
+        self.on_session_lost: Callable[[UpstreamSession], Awaitable[None]] | None = None
         self._last_attempt = 0.0
         self._hurried = False
         self.restarts = 0
@@ -308,6 +311,8 @@ class UpstreamPool:
             returncode=code,
             reason=session.closed_reason,
         )
+        if self.on_session_lost is not None:
+            await self.on_session_lost(session)
 
     async def _settle_era(self, session: UpstreamSession, key: SessionKey) -> UpstreamSession:
         started = time.monotonic()
