@@ -1,4 +1,4 @@
-"""Benchmark the gateway against a direct connection and a bare relay, in one run.
+"""Benchmark the gateway against direct connections, a bare relay and other proxies, in one run.
 
     python -m bench.run [--quick] [--out bench/RESULTS.md] [--requests N]
 
@@ -21,7 +21,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import procs, report, setups
+from bench import http_bench, http_report, http_setups, procs, report, setups
 from bench.client import (
     LEGACY_ELICIT_CAPS,
     MODERN_ELICIT_CAPS,
@@ -31,13 +31,13 @@ from bench.client import (
     spawn,
 )
 
-GROUP_CODES = ("ml", "ll", "lm", "mm", "py1", "mrtr")
+GROUP_CODES = ("ml", "ll", "lm", "mm", "py1", "mrtr", "http")
 LIVE: set[Connection] = set()
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="short phases (whole run ~50 s)")
+    p.add_argument("--quick", action="store_true", help="short phases (whole run ~1.5 min)")
     p.add_argument(
         "--out",
         default=str(setups.ROOT / "bench" / "RESULTS.md"),
@@ -184,7 +184,13 @@ async def amain(args: argparse.Namespace) -> int:
     groups = [g for g in setups.groups(not py1_why, args.profile) if g.code in wanted]
     mrtr = setups.mrtr_group(args.profile) if "mrtr" in wanted else None
     order = setups.runs_in_order(groups) + (list(mrtr.runs()) if mrtr else [])
+    proxies_why = http_setups.proxies_missing() if "http" in wanted else None
+    if proxies_why:
+        print(f"http group: no other proxies: {proxies_why}", file=sys.stderr)
+    http_groups = http_setups.groups(not proxies_why, args.profile) if "http" in wanted else []
+    http_order = http_setups.runs_in_order(http_groups)
     rounds: dict[str, list[report.Measured]] = {}
+    http_rounds: dict[str, list[http_bench.HttpMeasured]] = {}
     parked: dict[str, Any] | None = None
     started = time.monotonic()
     busy0, own0 = procs.machine_busy_seconds(), procs.own_cpu_seconds()
@@ -200,6 +206,16 @@ async def amain(args: argparse.Namespace) -> int:
                     print(f"FAILED: {exc}\n--- stderr of {run.key} ---\n{tail}", file=sys.stderr)
                     return 1
                 rounds.setdefault(run.key, []).append(got)
+            for hrun in http_order:
+                print(f"… round {n}/{args.rounds} {hrun.key:<13} {hrun.label}", file=sys.stderr)
+                try:
+                    hgot = await http_bench.measure(hrun, seconds, warmup, args.requests, Path(tmp))
+                except BenchError as exc:
+                    log = Path(tmp) / f"{hrun.key}.stderr"
+                    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                    print(f"FAILED: {exc}\n--- output of {hrun.key} ---\n{tail}", file=sys.stderr)
+                    return 1
+                http_rounds.setdefault(hrun.key, []).append(hgot)
         if mrtr is not None:
             print(f"… memory per parked call ({args.parked} calls)", file=sys.stderr)
             try:
@@ -221,6 +237,15 @@ async def amain(args: argparse.Namespace) -> int:
         parked_table, parked_verdicts = report.parked_section(parked)
         mrtr_text = f"{mrtr_runs}\n\n{mrtr_ratio}\n\n{parked_table}"
         verdicts += mrtr_verdicts + parked_verdicts
+    http_text = ""
+    if http_groups:
+        hm = {key: http_bench.best_of(ms) for key, ms in http_rounds.items()}
+        notes = "\n".join(f"- {line}" for line in http_report.NOT_MEASURED)
+        http_text = (
+            f"{http_report.runs_table([hm[r.key] for r in http_order])}\n\n"
+            f"{http_report.ratios_table(http_groups, hm)}\n\nNot measured:\n\n{notes}"
+        )
+        verdicts += http_report.verdicts(http_groups, hm)
     settings = (
         f"best of {args.rounds} round(s); {seconds:g} s per phase after {warmup:g} s warm-up"
         + (f", at most {args.requests} replies per phase" if args.requests else "")
@@ -228,7 +253,7 @@ async def amain(args: argparse.Namespace) -> int:
         + f"; whole run {elapsed:.0f} s"
     )
     info = report.machine_info(max(0.0, others) / elapsed)
-    tables = [t for t in (runs, ratios, mrtr_text) if t]
+    tables = [t for t in (runs, ratios, mrtr_text, http_text) if t]
     print("\n" + "\n\n".join([*tables, "\n".join(verdicts)]))
     print(f"\n{info['date']} · nproc {info['nproc']} · {info['python']} · {settings}", flush=True)
     if args.out:
@@ -236,6 +261,7 @@ async def amain(args: argparse.Namespace) -> int:
             ("Runs", runs),
             ("Ratios against the baselines", ratios),
             ("MRTR round trip and parked calls", mrtr_text),
+            ("Streamable HTTP: against direct HTTP and other proxies", http_text),
         ]
         text = report.markdown(info, settings, sections, verdicts)
         Path(args.out).write_text(text)  # noqa: ASYNC240 (the run is over)
@@ -253,6 +279,8 @@ async def _guarded(args: argparse.Namespace) -> int:
     finally:
         for conn in list(LIVE):
             await conn.close(grace=2.0)
+        for service in list(http_bench.LIVE):
+            await service.stop(grace=2.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for conn in list(LIVE):  # only if the event loop could not close them
             conn.kill_now()
+        for service in list(http_bench.LIVE):
+            service.kill_now()
 
 
 if __name__ == "__main__":
