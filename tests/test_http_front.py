@@ -264,3 +264,72 @@ async def test_closing_the_response_stream_cancels_upstream(tmp_path: Path) -> N
             while not log.exists():  # noqa: ASYNC110 - another process writes it
                 await anyio.sleep(0.05)
     assert "notifications/cancelled" in log.read_text()
+
+
+async def _legacy_session(c: httpx.AsyncClient) -> dict[str, str]:
+    h = {"accept": ACCEPT, "content-type": "application/json"}
+    init = await c.post(
+        "/mcp",
+        headers=h,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    )
+    sh = {**h, "mcp-session-id": init.headers["mcp-session-id"]}
+    sh["mcp-protocol-version"] = "2025-11-25"
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await c.post("/mcp", headers=sh, json=note)).status_code == 202
+    return sh
+
+
+async def test_closing_a_legacy_sessions_stream_cancels_upstream(tmp_path: Path) -> None:
+    # The request's disconnect watcher wins before any reply: the front must
+    # still cancel upstream (the session's link lives on, so nothing else does).
+    log = tmp_path / "cancelled.log"
+    async with gateway(tmp_path, env={"FLAKY_LOG": str(log)}) as c:
+        sh = await _legacy_session(c)
+        sleep = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 1}},
+        }
+        with anyio.move_on_after(0.3):
+            await c.post("/mcp", headers=sh, json=sleep)
+        with anyio.fail_after(5):
+            while not log.exists():  # noqa: ASYNC110 - another process writes it
+                await anyio.sleep(0.05)
+        # The session is still usable afterwards.
+        ping = await c.post("/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        assert ping.json() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    assert "notifications/cancelled" in log.read_text()
+
+
+async def test_a_session_deleted_under_a_request_answers_it_404(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as c:
+        sh = await _legacy_session(c)
+        sleep = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 1}},
+        }
+        replies: list[httpx.Response] = []
+
+        async def call() -> None:
+            replies.append(await c.post("/mcp", headers=sh, json=sleep))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await anyio.sleep(0.3)
+            deleted = await c.delete("/mcp", headers={"mcp-session-id": sh["mcp-session-id"]})
+            assert deleted.status_code == 200
+    assert replies[0].status_code == 404
+    assert replies[0].json()["id"] == 2
