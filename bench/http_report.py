@@ -45,7 +45,7 @@ def runs_table(measured: list[HttpMeasured]) -> str:
 
 
 def ratios_table(groups: list[HttpGroup], by_key: dict[str, HttpMeasured]) -> str:
-    headers = ["path", "hop", "added p50 µs", "added p99 µs"]
+    headers = ["path", "hop", "added p50 µs"]
     headers += [f"hop/direct req/s c={c}" for c in CONCURRENCIES]
     rows: list[list[str]] = []
     for g in groups:
@@ -57,7 +57,6 @@ def ratios_table(groups: list[HttpGroup], by_key: dict[str, HttpMeasured]) -> st
                     g.title,
                     run.kind,
                     f"{m.p50_us() - d.p50_us():.0f}",
-                    f"{m.pct_us(0.99) - d.pct_us(0.99):.0f}",
                     *(f"{m.rps(c) / d.rps(c):.3f}" for c in CONCURRENCIES),
                 ]
             )
