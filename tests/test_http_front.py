@@ -333,3 +333,42 @@ async def test_a_session_deleted_under_a_request_answers_it_404(tmp_path: Path) 
             assert deleted.status_code == 200
     assert replies[0].status_code == 404
     assert replies[0].json()["id"] == 2
+
+
+async def test_sigterm_stops_the_sidecar_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+        "--",
+        *FLAKY,
+    ]
+    process = await anyio.open_process(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:
+            with anyio.fail_after(15):
+                while True:
+                    try:
+                        if (await c.get("/readyz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await anyio.sleep(0.05)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        process.terminate()
+        with anyio.fail_after(10):
+            assert await process.wait() == 0
+        for child in children:
+            assert (
+                not Path(f"/proc/{child}").exists()
+                or "zombie" in Path(f"/proc/{child}/status").read_text()
+            )
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

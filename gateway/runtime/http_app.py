@@ -5,7 +5,10 @@ upstream is stopped like in stdio mode."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
+from collections.abc import Iterator
 
 import anyio
 import structlog
@@ -30,6 +33,22 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._service.end_subscriptions()
         await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises the signal it caught once it has stopped, which
+        # would kill us before the upstream is stopped; the gateway watches
+        # the signals itself (serve_http) and asks uvicorn to exit.
+        yield
+
+
+async def _exit_on_signal(server: uvicorn.Server) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("signal received; shutting down", signal=signal.Signals(signum).name)
+            if server.should_exit:
+                server.force_exit = True
+            server.should_exit = True
 
 
 async def serve_http(config: Config) -> int:
@@ -56,6 +75,7 @@ async def serve_http(config: Config) -> int:
         front.tg = root
         root.start_soon(service.start, root)
         root.start_soon(front.expire_idle_sessions)
+        root.start_soon(_exit_on_signal, server)
         log.info("listening", url=f"http://{config.listen}/mcp")
         await server.serve()
         for session in list(front.sessions.values()):
