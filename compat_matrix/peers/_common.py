@@ -20,20 +20,41 @@ DEFAULT_TIMEOUT = 30.0
 ECHO_TEXT = "hello from the compat matrix"
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    """`CLIENT [--timeout S] -- SERVER_COMMAND ARGS...`"""
-    argv = sys.argv[1:]
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The client's own options, and the server command after `--` (may be empty)."""
     if "--" not in argv:
-        sys.exit(f"usage: {sys.argv[0]} [--timeout S] -- SERVER_COMMAND [ARGS...]")
+        return argv, []
     cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def add_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        help="connect to this Streamable HTTP endpoint instead of spawning `-- SERVER_COMMAND`",
+    )
+
+
+def check_target(parser: argparse.ArgumentParser, url: str | None, server: list[str]) -> None:
+    """Exactly one of `--url URL` and `-- SERVER_COMMAND`."""
+    if url is None and not server:
+        parser.error("give either --url URL or -- SERVER_COMMAND [ARGS...]")
+    if url is not None and server:
+        parser.error("--url and a server command exclude each other")
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    """`CLIENT [--timeout S] (--url URL | -- SERVER_COMMAND ARGS...)`"""
+    own, server = split_argv(sys.argv[1:])
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="hard limit for the whole run (s)"
     )
-    args = parser.parse_args(argv[:cut])
-    args.server = argv[cut + 1 :]
-    if not args.server:
-        parser.error("missing server command after --")
+    add_target_option(parser)
+    args = parser.parse_args(own)
+    args.server = server
+    check_target(parser, args.url, server)
     return args
 
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import DEFAULT_TIMEOUT
+from _common import DEFAULT_TIMEOUT, add_target_option, check_target, split_argv
 
 FEATURES = ("elicitation-form", "elicitation-url", "sampling", "roots")
 # The 2025-11-25 -32042 error path (legacy servers only; not part of "all"):
@@ -50,14 +50,13 @@ class Options:
     check_errors: bool
     check_binding: bool
     server: list[str] = field(default_factory=list)
+    url: str | None = None  # a Streamable HTTP endpoint instead of a server command
 
 
 def parse_args(description: str, *, modes: bool = False, check_errors: bool = False) -> Options:
-    """`CLIENT [--mode M] [--feature F] [--elicit-action A] [--timeout S] -- SERVER...`"""
-    argv = sys.argv[1:]
-    if "--" not in argv:
-        sys.exit(f"usage: {sys.argv[0]} [options] -- SERVER_COMMAND [ARGS...]")
-    cut = argv.index("--")
+    """`CLIENT [--mode M] [--feature F] [--elicit-action A] [--timeout S]
+    (--url URL | -- SERVER...)`"""
+    own, server = split_argv(sys.argv[1:])
     parser = argparse.ArgumentParser(description=description)
     if modes:
         parser.add_argument("--mode", default="auto", help="auto (default), legacy, or 2026-07-28")
@@ -66,6 +65,7 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
         "--elicit-action", default="accept", choices=ACTIONS, help="how elicitations are answered"
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    add_target_option(parser)
     if check_errors:
         parser.add_argument(
             "--check-errors",
@@ -77,9 +77,8 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
             action="store_true",
             help="also send the requestState with other arguments and replay it (expect -32602)",
         )
-    args = parser.parse_args(argv[:cut])
-    if not argv[cut + 1 :]:
-        parser.error("missing server command after --")
+    args = parser.parse_args(own)
+    check_target(parser, args.url, server)
     if args.feature == URL_REQUIRED and args.elicit_action != "accept":
         parser.error(f"--feature {URL_REQUIRED} needs --elicit-action accept")
     return Options(
@@ -89,7 +88,8 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
         timeout=args.timeout,
         check_errors=getattr(args, "check_errors", False),
         check_binding=getattr(args, "check_binding", False),
-        server=argv[cut + 1 :],
+        server=server,
+        url=args.url,
     )
 
 

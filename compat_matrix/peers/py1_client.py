@@ -1,6 +1,11 @@
 """Legacy-era fixture client: `ClientSession` + `stdio_client` from mcp==1.30.0.
 
     .peers/py1/bin/python compat_matrix/peers/py1_client.py [--timeout S] -- SERVER_COMMAND ARGS...
+    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--timeout S] --url URL
+
+With `--url` it speaks Streamable HTTP (`streamable_http_client`: a legacy
+session, `initialize` mints the Mcp-Session-Id, DELETE at the end) instead of
+spawning the server.
 
 The "Legacy" client of the compatibility matrix: initialize handshake, then
 tools/list, `echo` (our fixtures take `text`, server-everything's takes
@@ -11,6 +16,8 @@ the handshake fails: the report carries the server's JSON-RPC error.
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -23,9 +30,30 @@ from _common import (
     parse_args,
     start_watchdog,
 )
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
+from mcp.shared.message import SessionMessage
+
+Streams = tuple[
+    MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
+]
+
+
+@asynccontextmanager
+async def connect(command: list[str], url: str | None) -> AsyncIterator[Streams]:
+    """The session's streams: Streamable HTTP to `url`, else a spawned stdio server."""
+    if url is not None:
+        async with streamable_http_client(url) as (read, write, _session_id):
+            yield read, write
+        return
+    # stdio_client passes only a few default variables unless told otherwise;
+    # hand the whole environment through (MCP_PEERS_DIR, PATH of the venvs, ...).
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        yield read, write
 
 
 async def converse(session: ClientSession, report: Report) -> None:
@@ -65,11 +93,8 @@ async def converse(session: ClientSession, report: Report) -> None:
         )
 
 
-async def run(command: list[str], report: Report) -> None:
-    # stdio_client passes only a few default variables unless told otherwise;
-    # hand the whole environment through (MCP_PEERS_DIR, PATH of the venvs, …).
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+async def run(command: list[str], url: str | None, report: Report) -> None:
+    async with connect(command, url) as (read, write), ClientSession(read, write) as session:
         await converse(session, report)
 
 
@@ -79,7 +104,7 @@ def main() -> None:
     start_watchdog(report, args.timeout)
     try:
         # fail_after cancels the whole run; stdio_client's exit then reaps the server.
-        anyio.run(_with_deadline, args.server, report, args.timeout)
+        anyio.run(_with_deadline, args.server, args.url, report, args.timeout)
     except BaseException as group:
         exc = leaf_exception(group)
         if isinstance(exc, McpError):
@@ -94,9 +119,11 @@ def main() -> None:
     report.finish()
 
 
-async def _with_deadline(command: list[str], report: Report, seconds: float) -> None:
+async def _with_deadline(
+    command: list[str], url: str | None, report: Report, seconds: float
+) -> None:
     with anyio.fail_after(seconds):
-        await run(command, report)
+        await run(command, url, report)
 
 
 if __name__ == "__main__":

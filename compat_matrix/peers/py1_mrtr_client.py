@@ -2,7 +2,8 @@
 
     .peers/py1/bin/python compat_matrix/peers/py1_mrtr_client.py \
         [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
-        [--elicit-action accept|decline|cancel] [--timeout S] -- SERVER_COMMAND ARGS...
+        [--elicit-action accept|decline|cancel] [--timeout S] \
+        (--url URL | -- SERVER_COMMAND ARGS...)
 
 Registers elicitation, sampling and list_roots callbacks, so `initialize`
 declares those capabilities, then calls the server's tool for each feature
@@ -11,12 +12,12 @@ gateway in front of a modern server) must push `elicitation/create`,
 `sampling/createMessage` and `roots/list` requests: a legacy client cannot
 handle `input_required`. A -32042 error (URL elicitation required) is handled
 the 2025-11-25 way: "open" its links, then retry the call once. Each call's
-step lists the requests the callbacks saw.
+step lists the requests the callbacks saw. `--url URL` speaks Streamable HTTP to that endpoint (a
+legacy session; the server's requests arrive on the POST's SSE stream).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anyio
@@ -34,8 +35,7 @@ from _mrtr_common import (
     result_matches,
     server_kind,
 )
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
 from mcp.types import (
@@ -49,6 +49,7 @@ from mcp.types import (
     Root,
     TextContent,
 )
+from py1_client import connect
 from pydantic import FileUrl
 
 Ctx = RequestContext[ClientSession, Any]
@@ -138,12 +139,9 @@ async def converse(
 
 
 async def run(opts: Options, callbacks: Callbacks, report: Report) -> None:
-    # stdio_client passes only a few default variables unless told otherwise.
-    command = opts.server
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     with anyio.fail_after(opts.timeout):
         async with (
-            stdio_client(params) as (read, write),
+            connect(opts.server, opts.url) as (read, write),
             ClientSession(
                 read,
                 write,

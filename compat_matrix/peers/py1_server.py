@@ -1,6 +1,12 @@
 """Legacy-era fixture server: FastMCP from the Python SDK mcp==1.30.0.
 
-Run with the py1 venv (see README.md):  .peers/py1/bin/python compat_matrix/peers/py1_server.py
+Run with the py1 venv (see README.md):
+    .peers/py1/bin/python compat_matrix/peers/py1_server.py              # stdio
+    .peers/py1/bin/python compat_matrix/peers/py1_server.py --http PORT  # Streamable HTTP
+
+`--http PORT` serves Streamable HTTP (2025-11-25 sessions, SSE responses) at
+http://127.0.0.1:PORT/mcp instead of stdio; FastMCP's DNS-rebinding guard then
+accepts only Host 127.0.0.1 / localhost.
 
 It only speaks the initialize handshake (2024-11-05 … 2025-11-25), so it is the
 "Legacy" server of the compatibility matrix. The tool set exercises every
@@ -12,6 +18,7 @@ server-to-client pushes (elicitation, sampling, roots) that become MRTR
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 from uuid import uuid4
 
@@ -161,5 +168,20 @@ def greet(name: str) -> str:
     return f"Please greet {name} warmly."
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp"
+    )
+    args = parser.parse_args()
+    if args.http is None:
+        mcp.run("stdio")
+        return
+    mcp.settings.host = "127.0.0.1"
+    mcp.settings.port = args.http
+    mcp.settings.log_level = "WARNING"
+    mcp.run("streamable-http")
+
+
 if __name__ == "__main__":
-    mcp.run("stdio")
+    main()

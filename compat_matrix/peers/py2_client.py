@@ -1,13 +1,15 @@
 """Dual-era fixture client: `mcp.Client` from mcp==2.3.0.
 
     .peers/py2/bin/python compat_matrix/peers/py2_client.py [--mode auto|legacy|2026-07-28] \
-        [--timeout S] -- SERVER_COMMAND ARGS...
+        [--timeout S] (--url URL | -- SERVER_COMMAND ARGS...)
 
 The "Dual-era" client of the compatibility matrix. In the default `auto`
 mode the SDK probes `server/discover` (10 s probe timeout) and falls back to
 `initialize` on any error other than a disjoint -32022; `era` in the report
 says where it ended up, read from the negotiated `Client.protocol_version`.
-Then tools/list and `echo` (`add` too when present).
+Then tools/list and `echo` (`add` too when present). With `--url URL` the
+`Client` is given the URL and speaks Streamable HTTP (over HTTP the probe is
+a modern `server/discover` POST; a legacy server's 4xx makes it fall back).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from _common import (
     DEFAULT_TIMEOUT,
     ECHO_TEXT,
     Report,
+    add_target_option,
+    check_target,
     echo_arguments,
     first_text,
     leaf_exception,
+    split_argv,
     start_watchdog,
 )
 from mcp import Client, StdioServerParameters
@@ -32,21 +37,27 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 
-def parse_args() -> tuple[str, float, list[str]]:
+def parse_args() -> argparse.Namespace:
     # Same shape as _common.parse_args, plus --mode.
-    argv = sys.argv[1:]
-    if "--" not in argv:
-        sys.exit(f"usage: {sys.argv[0]} [--mode M] [--timeout S] -- SERVER_COMMAND [ARGS...]")
-    cut = argv.index("--")
+    own, server = split_argv(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--mode", default="auto", help="Client mode: auto (default), legacy, or a modern version"
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
-    args = parser.parse_args(argv[:cut])
-    if not argv[cut + 1 :]:
-        parser.error("missing server command after --")
-    return args.mode, args.timeout, argv[cut + 1 :]
+    add_target_option(parser)
+    args = parser.parse_args(own)
+    check_target(parser, args.url, server)
+    args.server = server
+    return args
+
+
+def target(command: list[str], url: str | None) -> StdioServerParameters | str:
+    """What `Client` connects to: the URL (Streamable HTTP), else the command
+    with the whole environment (stdio_client only passes a few by default)."""
+    if url is not None:
+        return url
+    return StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
 
 
 async def converse(client: Client, report: Report) -> None:
@@ -88,20 +99,19 @@ async def converse(client: Client, report: Report) -> None:
         )
 
 
-async def run(mode: str, command: list[str], report: Report, seconds: float) -> None:
-    # The whole environment goes through (stdio_client only passes a few by default).
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    with anyio.fail_after(seconds):
-        async with Client(params, mode=mode) as client:
+async def run(args: argparse.Namespace, report: Report) -> None:
+    with anyio.fail_after(args.timeout):
+        async with Client(target(args.server, args.url), mode=args.mode) as client:
             await converse(client, report)
 
 
 def main() -> None:
-    mode, timeout, command = parse_args()
+    args = parse_args()
+    timeout = args.timeout
     report = Report()
     start_watchdog(report, timeout)
     try:
-        anyio.run(run, mode, command, report, timeout)
+        anyio.run(run, args, report)
     except BaseException as group:
         exc = leaf_exception(group)
         if isinstance(exc, MCPError):

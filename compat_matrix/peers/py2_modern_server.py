@@ -3,6 +3,7 @@
 Run with the py2 venv (see README.md):
     .peers/py2/bin/python compat_matrix/peers/py2_modern_server.py          # modern-only
     .peers/py2/bin/python compat_matrix/peers/py2_modern_server.py --dual   # dual-era
+    ... py2_modern_server.py [--dual] --http PORT   # Streamable HTTP on 127.0.0.1:PORT/mcp
 
 mcp 2.3.0 is dual-era out of the box and has no modern-only switch. Without
 `--dual` this script makes it modern-only, the "Modern" server of the
@@ -17,6 +18,11 @@ modern-locked process the SDK answers every `initialize` itself with -32022,
 so middleware cannot give the modern-`_meta` `initialize` its -32601. Dropping
 `initialize` before the era choice gives the intended answers in every order.
 
+Over HTTP the SDK picks the era per POST (from the MCP-Protocol-Version
+header), so modern-only is an ASGI filter in front of the SDK's app: a legacy
+`initialize` gets HTTP 400 with the same -32022 error, and no legacy session
+can ever start (every other legacy POST then lacks a session id: 400).
+
 The tools mirror py1_server.py; elicitation, sampling and roots use the
 era-adaptive `Resolve(...)` markers, which answer modern requests with
 `resultType: "input_required"` and push real requests to legacy sessions.
@@ -26,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import json
 import warnings
+from collections.abc import Awaitable, Callable, MutableMapping
 from importlib.metadata import version
 from types import TracebackType
 from typing import Annotated, Any, Self
@@ -297,13 +305,79 @@ async def run_modern_only() -> None:
         )
 
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def modern_only_http(app: App) -> App:
+    """ASGI filter: a legacy `initialize` POST gets HTTP 400 and the -32022 error of
+    `initialize_rejection`; everything else reaches the SDK's app unchanged."""
+
+    async def reply(send: Send, status: int, body: bytes) -> None:
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def filtered(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("method") == "initialize":
+            meta = (body.get("params") or {}).get("_meta") or {}
+            if PROTOCOL_VERSION_META_KEY not in meta:
+                error = initialize_rejection(JSONRPCRequest.model_validate(body))
+                dumped = error.model_dump_json(by_alias=True, exclude_none=True)
+                await reply(send, 400, dumped.encode())
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return filtered
+
+
+def serve_http(port: int, dual: bool) -> None:
+    import uvicorn
+
+    app: App = mcp.streamable_http_app(host="127.0.0.1")
+    if not dual:
+        app = modern_only_http(app)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--dual", action="store_true", help="serve both eras (the SDK's default behaviour)"
     )
+    parser.add_argument(
+        "--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp"
+    )
     args = parser.parse_args()
-    if args.dual:
+    if args.http is not None:
+        serve_http(args.http, args.dual)
+    elif args.dual:
         mcp.run("stdio")
     else:
         anyio.run(run_modern_only)

@@ -2,7 +2,8 @@
 
     .peers/py2/bin/python compat_matrix/peers/py2_mrtr_client.py [--mode auto|legacy|2026-07-28] \
         [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
-        [--elicit-action accept|decline|cancel] [--timeout S] -- SERVER_COMMAND ARGS...
+        [--elicit-action accept|decline|cancel] [--timeout S] \
+        (--url URL | -- SERVER_COMMAND ARGS...)
 
 Registers elicitation, sampling and roots callbacks, so the client declares
 those capabilities, then calls the server's tool for each feature and checks
@@ -12,12 +13,11 @@ pushes its requests to the callbacks; in a modern one the SDK receives
 A -32042 error (URL elicitation required, legacy servers) is handled the
 2025-11-25 way: "open" its links, then retry the call once. `era` in the
 report is where the client ended up; each call's step lists the requests the
-callbacks saw.
+callbacks saw. `--url URL` connects over Streamable HTTP instead.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anyio
@@ -35,7 +35,7 @@ from _mrtr_common import (
     result_matches,
     server_kind,
 )
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -50,6 +50,7 @@ from mcp_types import (
     TextContent,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from py2_client import target
 from pydantic import FileUrl
 
 
@@ -137,13 +138,10 @@ async def converse(client: Client, callbacks: Callbacks, opts: Options, report: 
 
 
 async def run(opts: Options, report: Report) -> None:
-    # The whole environment goes through (stdio_client only passes a few by default).
-    command = opts.server
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     callbacks = Callbacks(opts.action)
     with anyio.fail_after(opts.timeout):
         async with Client(
-            params,
+            target(opts.server, opts.url),
             mode=opts.mode,
             elicitation_callback=callbacks.elicit,
             sampling_callback=callbacks.sample,

@@ -4,7 +4,7 @@
         [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
         [--elicit-action accept|decline|cancel] [--check-errors] [--check-binding] \
         [--timeout S] \
-        -- SERVER_COMMAND ARGS...
+        (--url URL | -- SERVER_COMMAND ARGS...)
 
 Multi round-trip requests by hand, as the 2026-07-28 spec words them: declare
 elicitation (form+url), sampling and roots in `_meta`, `server/discover`, call
@@ -22,6 +22,8 @@ verification); the correct retry that follows must still succeed.
 correct retry, present the state with other arguments, and after it, replay
 the consumed state; both must get `-32602`. A stateless modern server may
 accept both (the spec makes binding a SHOULD and single use optional).
+
+`--url URL`: the same over Streamable HTTP (raw_modern_client.HttpPeer).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from _mrtr_common import (
     result_matches,
     server_kind,
 )
-from raw_modern_client import Peer, RpcError
+from raw_modern_client import Connection, RpcError, open_peer
 
 VERSION = "2026-07-28"
 MAX_ROUNDS = 8
@@ -90,7 +92,7 @@ def retry_params(call: Call, responses: dict[str, Any], state: str | None) -> di
     return params
 
 
-def error_of(peer: Peer, params: dict[str, Any]) -> dict[str, Any] | None:
+def error_of(peer: Connection, params: dict[str, Any]) -> dict[str, Any] | None:
     """The JSON-RPC error a tools/call gets, or None if it succeeded."""
     try:
         peer.request("tools/call", params)
@@ -99,12 +101,16 @@ def error_of(peer: Peer, params: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def expect_invalid_params(peer: Peer, report: Report, name: str, params: dict[str, Any]) -> None:
+def expect_invalid_params(
+    peer: Connection, report: Report, name: str, params: dict[str, Any]
+) -> None:
     error = error_of(peer, params)
     report.step(name, (error or {}).get("code") == INVALID_PARAMS, error=error)
 
 
-def check_before_retry(peer: Peer, report: Report, opts: Options, retry: dict[str, Any]) -> None:
+def check_before_retry(
+    peer: Connection, report: Report, opts: Options, retry: dict[str, Any]
+) -> None:
     """Wrong variants of a correct retry; each must be refused without harm."""
     state = retry["requestState"]
     if opts.check_errors:
@@ -115,7 +121,7 @@ def check_before_retry(peer: Peer, report: Report, opts: Options, retry: dict[st
         expect_invalid_params(peer, report, "requestState with other arguments rejected", other)
 
 
-def run_call(peer: Peer, report: Report, call: Call, opts: Options, checks: bool) -> bool:
+def run_call(peer: Connection, report: Report, call: Call, opts: Options, checks: bool) -> bool:
     """One feature: call, answer input_required rounds, check the final result.
     With `checks`, the first retry that carries a state gets the requestState
     checks; returns whether they ran."""
@@ -155,7 +161,7 @@ def run_call(peer: Peer, report: Report, call: Call, opts: Options, checks: bool
     return checked is not None
 
 
-def converse(peer: Peer, report: Report, opts: Options) -> None:
+def converse(peer: Connection, report: Report, opts: Options) -> None:
     try:
         discover = peer.request("server/discover", {"_meta": META})
     except RpcError as exc:
@@ -188,9 +194,9 @@ def main() -> None:
     opts = parse_args(__doc__.splitlines()[0], check_errors=True)
     report = Report(era="modern")
     start_watchdog(report, opts.timeout)
-    peer: Peer | None = None
+    peer: Connection | None = None
     try:
-        peer = Peer(opts.server, time.monotonic() + opts.timeout)
+        peer = open_peer(opts.server, opts.url, time.monotonic() + opts.timeout)
         converse(peer, report, opts)
     except (RpcError, TimeoutError, EOFError, OSError) as exc:
         report.fail(f"{type(exc).__name__}: {exc}")

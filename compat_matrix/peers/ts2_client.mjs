@@ -1,6 +1,7 @@
 // Dual-era fixture client: TypeScript SDK 2.x (@modelcontextprotocol/client@2.4.0).
 //
 //   node compat_matrix/peers/ts2_client.mjs [--mode auto|legacy|2026-07-28] [--timeout S] -- SERVER_COMMAND ARGS...
+//   node compat_matrix/peers/ts2_client.mjs [--mode ...] [--timeout S] --url URL
 //
 // Same contract as the Python fixture clients: connect, tools/list, `echo`
 // (and `add` when listed), then ONE JSON line on stdout
@@ -10,6 +11,7 @@
 // `server/discover` on a short-lived SIBLING process spawned from the same
 // command, then starts the real session process: the server command runs
 // twice per connect. A version string pins the modern era (no fallback).
+// `--url URL` connects with the SDK's StreamableHTTPClientTransport instead.
 // SDK packages are loaded as in ts2_modern_server.mjs (ESM ignores NODE_PATH).
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
@@ -20,23 +22,25 @@ const peersNode = process.env.MCP_PEERS_DIR
     ? join(resolve(process.env.MCP_PEERS_DIR), 'node')
     : join(here, '..', '..', '.peers', 'node');
 const require = createRequire(join(peersNode, 'package.json'));
-const { Client } = require('@modelcontextprotocol/client');
+const { Client, StreamableHTTPClientTransport } = require('@modelcontextprotocol/client');
 const { StdioClientTransport } = require('@modelcontextprotocol/client/stdio');
 
 const ECHO_TEXT = 'hello from the compat matrix';
 
 function parseArgs(argv) {
     const cut = argv.indexOf('--');
-    if (cut < 0 || cut === argv.length - 1) {
-        process.stderr.write('usage: ts2_client.mjs [--mode M] [--timeout S] -- SERVER_COMMAND [ARGS...]\n');
-        process.exit(2);
-    }
-    const opts = { mode: 'auto', timeout: 30, server: argv.slice(cut + 1) };
-    const own = argv.slice(0, cut);
+    const server = cut < 0 ? [] : argv.slice(cut + 1);
+    const own = cut < 0 ? argv : argv.slice(0, cut);
+    const opts = { mode: 'auto', timeout: 30, server, url: null };
     for (let i = 0; i < own.length; i += 2) {
         if (own[i] === '--mode') opts.mode = own[i + 1];
         else if (own[i] === '--timeout') opts.timeout = Number(own[i + 1]);
+        else if (own[i] === '--url') opts.url = own[i + 1];
         else throw new Error(`unknown option ${own[i]}`);
+    }
+    if ((opts.url === null) === (server.length === 0)) {
+        process.stderr.write('usage: ts2_client.mjs [--mode M] [--timeout S] (--url URL | -- SERVER_COMMAND [ARGS...])\n');
+        process.exit(2);
     }
     return opts;
 }
@@ -107,12 +111,14 @@ async function main() {
         { versionNegotiation: { mode } }
     );
     // Whole environment through: the SDK passes only a safe subset by default.
-    var transport = new StdioClientTransport({
-        command: opts.server[0],
-        args: opts.server.slice(1),
-        env: { ...process.env },
-        stderr: 'inherit'
-    });
+    var transport = opts.url !== null
+        ? new StreamableHTTPClientTransport(new URL(opts.url))
+        : new StdioClientTransport({
+              command: opts.server[0],
+              args: opts.server.slice(1),
+              env: { ...process.env },
+              stderr: 'inherit'
+          });
     try {
         await client.connect(transport, { timeout: opts.timeout * 1000 });
         await converse(client);

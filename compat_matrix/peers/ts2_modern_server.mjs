@@ -2,6 +2,13 @@
 //
 //   node compat_matrix/peers/ts2_modern_server.mjs          # modern-only (legacy: 'reject')
 //   node compat_matrix/peers/ts2_modern_server.mjs --dual   # dual-era (legacy: 'serve')
+//   node compat_matrix/peers/ts2_modern_server.mjs [--dual] --http PORT
+//
+// `--http PORT` serves Streamable HTTP at http://127.0.0.1:PORT/mcp with the
+// SDK's `createMcpHandler` (a fetch-shaped handler, put behind node:http here
+// because `@modelcontextprotocol/node` is not installed): modern-only is
+// `legacy: 'reject'`, `--dual` is `legacy: 'stateless'` (every legacy POST is
+// served by a fresh instance, so no Mcp-Session-Id; GET/DELETE answer 405).
 //
 // The SDK is looked up in the peers cache ($MCP_PEERS_DIR/node, default
 // <repo>/.peers/node; see peers/install.sh). ESM `import` ignores NODE_PATH,
@@ -17,11 +24,14 @@ const peersNode = process.env.MCP_PEERS_DIR
     : join(here, '..', '..', '.peers', 'node');
 const require = createRequire(join(peersNode, 'package.json'));
 
-const { McpServer, inputRequired, inputResponse } = require('@modelcontextprotocol/server');
+const { McpServer, createMcpHandler, inputRequired, inputResponse } = require('@modelcontextprotocol/server');
 const { serveStdio } = require('@modelcontextprotocol/server/stdio');
 const { z } = require('zod');
+const { createServer: createHttpServer } = require('node:http');
 
 const dual = process.argv.includes('--dual');
+const httpAt = process.argv.indexOf('--http');
+const httpPort = httpAt >= 0 ? Number(process.argv[httpAt + 1]) : null;
 
 // serveStdio calls the factory once per connection (after the opening message
 // picks the era), so all registration lives here.
@@ -132,8 +142,55 @@ function createServer() {
     return server;
 }
 
-serveStdio(createServer, {
-    legacy: dual ? 'serve' : 'reject',
-    // Reporting only: e.g. each rejected legacy opening lands here; one line is enough.
-    onerror: err => process.stderr.write(`ts2_modern_server: ${err?.message ?? err}\n`)
-});
+const onerror = err => process.stderr.write(`ts2_modern_server: ${err?.message ?? err}\n`);
+
+// node:http in front of the fetch-shaped handler: the request body is read
+// whole, the response (JSON or an SSE stream) is piped back, and a client
+// that hangs up aborts the request (the SDK then cancels the call).
+function serveHttp(port) {
+    const handler = createMcpHandler(createServer, { legacy: dual ? 'stateless' : 'reject', onerror });
+    const server = createHttpServer(async (req, res) => {
+        const abort = new AbortController();
+        res.on('close', () => abort.abort());
+        try {
+            if (new URL(req.url, 'http://127.0.0.1').pathname !== '/mcp') {
+                res.writeHead(404).end();
+                return;
+            }
+            const chunks = [];
+            for await (const chunk of req) chunks.push(chunk);
+            const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
+            const request = new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url}`, {
+                method: req.method,
+                headers: Object.entries(req.headers).flatMap(([k, v]) => (Array.isArray(v) ? v.map(x => [k, x]) : [[k, v]])),
+                body: hasBody ? Buffer.concat(chunks) : undefined,
+                signal: abort.signal
+            });
+            const response = await handler.fetch(request);
+            res.writeHead(response.status, Object.fromEntries(response.headers));
+            if (response.body) {
+                for await (const chunk of response.body) res.write(chunk);
+            }
+            res.end();
+        } catch (err) {
+            if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
+            res.end(String(err?.message ?? err));
+        }
+    });
+    server.on('error', err => {
+        process.stderr.write(`ts2_modern_server: ${err?.code ?? ''} ${err?.message ?? err}\n`);
+        process.exit(1);
+    });
+    server.listen(port, '127.0.0.1');
+    for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, () => process.exit(0));
+}
+
+if (httpPort !== null) {
+    serveHttp(httpPort);
+} else {
+    serveStdio(createServer, {
+        legacy: dual ? 'serve' : 'reject',
+        // Reporting only: e.g. each rejected legacy opening lands here; one line is enough.
+        onerror
+    });
+}
