@@ -4,18 +4,33 @@
     python compat_matrix/run.py [--only PATTERN] [--jobs N] [--out compat_matrix/REPORT.md]
 
 Every "ready" cell of `cells.toml` is expanded into its client x server peer
-pairs, and every pair runs twice: DIRECT (the fixture client spawns the server)
-and THROUGH THE GATEWAY (the client spawns the gateway, which spawns the
-server). The MRTR clients get the cell's feature (`--feature F`) and each
+pairs, and every pair runs twice: DIRECT and THROUGH THE GATEWAY. How depends
+on the cell's front (client ↔ gateway) and back (gateway ↔ server) transports:
+
+    stdio→stdio  direct: the client spawns the server; gateway: the client
+                 spawns the gateway, which spawns the server
+    stdio→http   the server serves HTTP on a free 127.0.0.1 port (run.py starts
+                 it and waits until it accepts connections); the client spawns
+                 `gateway --upstream URL`. No direct run (n/a).
+    http→stdio   run.py starts `gateway --listen 127.0.0.1:PORT -- SERVER` and
+                 waits for its /readyz; the client connects with `--url`. No
+                 direct run (n/a).
+    http→http    the server on HTTP as above; direct: the client connects to
+                 the server's URL; gateway: `gateway --listen ... --upstream URL`
+                 and the client connects to the gateway's URL.
+
+The MRTR clients get the cell's feature (`--feature F`) and each
 cell is judged on that feature's steps of the client's report; when all four
 MRTR cells of one client x server pair and route are planned, one client run
 with `--feature all` serves them (`--separate-features` runs one per cell).
 Each client run has a hard timeout, runs in its own process group and is
 tagged through its environment, so everything it started (including upstream
 servers that the gateway put in sessions of their own) is found and killed at
-the end. The exit status is 1 iff an observed outcome differs from the
-expected one (a direct run that works where the spec says it fails counts),
-2 if the matrix or the peers are unusable.
+the end. The HTTP servers and gateways that run.py starts itself get the same
+tag, their own process groups, and are stopped (SIGTERM, then SIGKILL) by
+process group once the client has exited. The exit status is 1 iff an
+observed outcome differs from the expected one (a direct run that works where
+the spec says it fails counts), 2 if the matrix or the peers are unusable.
 
 The module is also the library the real-peer tests use: `load_matrix`,
 `find_run`, `run_many`, `judge`.
@@ -25,26 +40,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import fnmatch
 import json
 import os
 import platform
+import random
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import tomllib
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -76,6 +96,8 @@ INSTALL_HINT = "run `bash peers/install.sh` (or set MCP_PEERS_DIR to an installe
 
 Via = Literal["direct", "gateway"]
 VIAS: tuple[Via, ...] = ("direct", "gateway")
+ROUTES = tuple((f, b) for f in TRANSPORTS for b in TRANSPORTS)  # (front, back)
+HOST = "127.0.0.1"  # every HTTP peer is reached here, whatever it binds
 
 
 class MatrixError(Exception):
@@ -95,6 +117,8 @@ class Peer:
     transports: tuple[str, ...]
     features: tuple[str, ...]
     unused: str | None = None
+    # Servers: the command that serves Streamable HTTP at http://127.0.0.1:{port}/mcp.
+    http_command: str | None = None
 
     @property
     def takes_feature(self) -> bool:
@@ -118,7 +142,11 @@ class Cell:
     gateway_era: str | None
     status: str
     issues: tuple[str, ...] = ()
-    note: str | None = None
+    notes: tuple[str, ...] = ()  # why a peer is not listed, etc.
+
+    @property
+    def note(self) -> str | None:
+        return "; ".join(self.notes) or None
 
     @property
     def ready(self) -> bool:
@@ -141,6 +169,8 @@ class Matrix:
     hard_timeout: float
     jobs: int
     spec: dict[str, dict[str, str]]
+    gateway_upstream_command: str = ""
+    start_timeout: float = 30.0
 
     def cell(self, cell_id: str) -> Cell:
         for cell in self.cells:
@@ -169,6 +199,7 @@ def _peer(name: str, role: Literal["client", "server"], raw: dict[str, Any]) -> 
         transports=_strs(raw.get("transports", ["stdio"])),
         features=_strs(raw.get("features", [])),
         unused=raw.get("unused"),
+        http_command=raw.get("http_command"),
     )
 
 
@@ -188,7 +219,7 @@ def _cell(raw: dict[str, Any]) -> Cell:
         gateway_era=raw.get("gateway_era"),
         status=str(raw["status"]),
         issues=_strs(raw.get("issues", [])),
-        note=raw.get("note"),
+        notes=(raw["note"],) if isinstance(raw.get("note"), str) else _strs(raw.get("note", [])),
     )
 
 
@@ -203,6 +234,7 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
         servers = {n: _peer(n, "server", p) for n, p in raw.get("servers", {}).items()}
         cells = tuple(_cell(c) for c in raw.get("cell", []))
         gateway_command = str(raw["gateway"]["command"])
+        gateway_upstream_command = str(raw["gateway"]["upstream_command"])
         run_cfg = raw.get("run", {})
         spec: dict[str, dict[str, str]] = {k: dict(v) for k, v in raw.get("spec", {}).items()}
     except (KeyError, TypeError, ValueError) as exc:
@@ -219,8 +251,21 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
                 f"client {peer.name}: a client with MRTR features (and only one) "
                 "must take a {feature} placeholder"
             )
+    for peer in servers.values():
+        if ("http" in peer.transports) != (peer.http_command is not None):
+            problems.append(f"server {peer.name}: an http transport needs an http_command")
+        if peer.http_command is not None and "{port}" not in peer.http_command:
+            problems.append(f"server {peer.name}: http_command needs the {{port}} placeholder")
     if "{server}" not in gateway_command.split():
         problems.append("[gateway].command must contain the {server} placeholder as a word")
+    if "{upstream}" not in gateway_upstream_command.split():
+        problems.append("[gateway].upstream_command must contain {upstream} as a word")
+    for key, template in (
+        ("command", gateway_command),
+        ("upstream_command", gateway_upstream_command),
+    ):
+        if "{listen}" not in template.split():
+            problems.append(f"[gateway].{key} must contain the {{listen}} placeholder as a word")
 
     seen: Counter[str] = Counter(c.id for c in cells)
     problems += [f"cell {cid}: listed {n} times" for cid, n in seen.items() if n > 1]
@@ -288,6 +333,8 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
         hard_timeout=float(run_cfg.get("hard_timeout", 50)),
         jobs=int(run_cfg.get("jobs", 2)),
         spec=spec,
+        gateway_upstream_command=gateway_upstream_command,
+        start_timeout=float(run_cfg.get("start_timeout", 30)),
     )
 
 
@@ -313,6 +360,10 @@ def missing_peers(peers: Path | None = None) -> list[str]:
     return [str(p) for p in needed if not p.exists()]
 
 
+DEFAULT_GATEWAY = "{python} -m gateway --log-level warning {listen} -- {server}"
+DEFAULT_GATEWAY_UPSTREAM = "{python} -m gateway --log-level warning {listen} --upstream {upstream}"
+
+
 @dataclass(frozen=True)
 class Context:
     """What fills the placeholders of cells.toml."""
@@ -321,7 +372,9 @@ class Context:
     python: str = sys.executable
     client_timeout: float = 30.0
     hard_timeout: float = 50.0
-    gateway_command: str = "{python} -m gateway --log-level warning -- {server}"
+    gateway_command: str = DEFAULT_GATEWAY
+    gateway_upstream_command: str = DEFAULT_GATEWAY_UPSTREAM
+    start_timeout: float = 30.0  # an HTTP server or gateway run.py starts must be ready by then
 
     @classmethod
     def for_matrix(cls, matrix: Matrix, peers: Path | None = None) -> Context:
@@ -330,6 +383,8 @@ class Context:
             client_timeout=matrix.client_timeout,
             hard_timeout=matrix.hard_timeout,
             gateway_command=matrix.gateway_command,
+            gateway_upstream_command=matrix.gateway_upstream_command or DEFAULT_GATEWAY_UPSTREAM,
+            start_timeout=matrix.start_timeout,
         )
 
     def placeholders(self) -> dict[str, str]:
@@ -350,21 +405,46 @@ class Context:
         *,
         feature: str | None = None,
         options: Sequence[str] = (),
+        url: str | None = None,
+        listen: Sequence[str] = (),
+        upstream: str | None = None,
+        port: int | None = None,
     ) -> list[str]:
         """Split a command template into argv; the word `{server}` becomes `server`,
         `{feature}` becomes `feature`, and `options` go just before the `--` that
-        precedes `{server}` (a client's extra options)."""
+        precedes `{server}` (a client's extra options). With `url`, a client's
+        `-- {server}` becomes `--url URL` (Streamable HTTP). The gateway's words
+        `{listen}` (nothing, or `--listen HOST:PORT`) and `{upstream}` (a URL),
+        and a server's `{port}`, are filled in as given."""
         words: list[str] = []
         template_words = shlex.split(template)
         values = self.placeholders()
         if feature is not None:
             values["{feature}"] = feature
+        if port is not None:
+            values["{port}"] = str(port)
+        skip = False
         for index, word in enumerate(template_words):
+            if skip:
+                skip = False
+                continue
             if word == "{server}":
                 words.extend(server)
                 continue
+            if word == "{listen}":
+                words.extend(listen)
+                continue
+            if word == "{upstream}":
+                if upstream is None:
+                    raise ValueError(f"{template!r} needs an upstream URL")
+                words.append(upstream)
+                continue
             if word == "--" and template_words[index + 1 : index + 2] == ["{server}"]:
                 words.extend(options)
+                if url is not None:
+                    words.extend(["--url", url])
+                    skip = True
+                    continue
             filled = word
             for key, value in values.items():
                 filled = filled.replace(key, value)
@@ -402,15 +482,111 @@ class Run:
         extra += self.options
         return f"{key}[{' '.join(extra)}]" if extra else key
 
-    def argv(self, ctx: Context, feature: str | None = None) -> list[str]:
-        """The client's command line; `feature` overrides what {feature} becomes
-        (`all` when one client run serves several cells)."""
-        server = ctx.expand(self.server.command)
-        if self.via == "gateway":
-            server = ctx.expand(ctx.gateway_command, server)
-        return ctx.expand(
-            self.client.command, server, feature=feature or self.checks, options=self.options
+    @property
+    def route(self) -> str:
+        """`front→back`, e.g. `http→stdio`."""
+        return f"{self.cell.front}→{self.cell.back}"
+
+    def launch(
+        self, ctx: Context, feature: str | None = None, ports: Callable[[], int] | None = None
+    ) -> Launch:
+        """What to start for this run: the HTTP server and/or HTTP gateway that
+        run.py starts itself (in order), and the client's command line. `feature`
+        overrides what {feature} becomes (`all` when one client run serves several
+        cells); `ports` hands out the free ports (default: `free_port`)."""
+        next_port = ports or free_port
+        front, back = self.cell.front, self.cell.back
+        background: list[Background] = []
+        server: list[str] = []
+        upstream: str | None = None
+        if back == "http":
+            if self.server.http_command is None:
+                raise ValueError(f"server {self.server.name} has no http_command")
+            port = next_port()
+            upstream = f"http://{HOST}:{port}/mcp"
+            argv = ctx.expand(self.server.http_command, port=port)
+            background.append(Background("server", argv, port, None))
+        else:
+            server = ctx.expand(self.server.command)
+        url: str | None = None
+        if self.via == "direct":
+            if front != back:
+                raise ValueError(f"{self.key}: no direct run from {front} to {back}")
+            url = upstream
+        else:
+            listen: list[str] = []
+            gateway_port: int | None = None
+            if front == "http":
+                gateway_port = next_port()
+                listen = ["--listen", f"{HOST}:{gateway_port}"]
+            if upstream is not None:
+                gateway = ctx.expand(ctx.gateway_upstream_command, listen=listen, upstream=upstream)
+            else:
+                gateway = ctx.expand(ctx.gateway_command, server, listen=listen)
+            if gateway_port is None:
+                server = gateway
+            else:
+                ready = f"http://{HOST}:{gateway_port}/readyz"
+                background.append(Background("gateway", gateway, gateway_port, ready))
+                url = f"http://{HOST}:{gateway_port}/mcp"
+        client = ctx.expand(
+            self.client.command,
+            server,
+            feature=feature or self.checks,
+            options=self.options,
+            url=url,
         )
+        return Launch(tuple(background), client)
+
+    def argv(self, ctx: Context, feature: str | None = None) -> list[str]:
+        """The client's command line (HTTP ports shown as 0)."""
+        return self.launch(ctx, feature, ports=lambda: 0).client
+
+
+@dataclass(frozen=True)
+class Background:
+    """A process run.py starts before the client: an HTTP server or gateway."""
+
+    role: Literal["server", "gateway"]
+    argv: list[str]
+    port: int
+    ready_url: str | None  # GET must answer 200 (the gateway's /readyz); None: TCP accept
+
+
+@dataclass(frozen=True)
+class Launch:
+    background: tuple[Background, ...]
+    client: list[str]
+
+    def describe(self) -> list[str]:
+        """Each command, shell-quoted, with its role."""
+        return [f"{b.role}: {shlex.join(b.argv)}" for b in self.background] + [
+            f"client: {shlex.join(self.client)}"
+        ]
+
+
+_ports_lock = threading.Lock()
+_ports_given: set[int] = set()
+# Below the usual ephemeral range (32768-60999), so the source port of some
+# outgoing connection cannot take a port between our check and the server's bind.
+PORT_RANGE = (20000, 32000)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that is free now and that this process has not handed out."""
+    with _ports_lock:
+        for _ in range(1000):
+            port = random.randrange(*PORT_RANGE)
+            if port in _ports_given:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind((HOST, port))
+                except OSError:
+                    continue
+            _ports_given.add(port)
+            return port
+    raise OSError("no free port found")
 
 
 @dataclass
@@ -429,6 +605,7 @@ class Observation:
     report: dict[str, Any] | None = None  # the client's whole report
     shared: int = 1  # how many cell runs this one client run served (--feature all)
     input_path: str | None = None  # MRTR: how the server's input requests reached the client
+    commands: list[str] = field(default_factory=list)  # role: command, as run (real ports)
 
     @property
     def outcome(self) -> str:
@@ -671,48 +848,200 @@ def _observe(
     return obs
 
 
+ADDRESS_IN_USE = ("address already in use", "eaddrinuse", "errno 98")
+
+
+class StartError(Exception):
+    """A background process did not become ready; `retry` if it lost a port race."""
+
+    def __init__(self, message: str, retry: bool = False) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+@dataclass
+class Started:
+    spec: Background
+    proc: subprocess.Popen[bytes]
+    output: IO[bytes]
+
+    def tail(self, lines: int = 8) -> list[str]:
+        self.output.seek(0)
+        text = self.output.read().decode(errors="replace")
+        return [f"[{self.spec.role}] {line}" for line in text.strip().splitlines()[-lines:]]
+
+
+def _is_ready(spec: Background) -> bool:
+    if spec.ready_url is None:
+        try:
+            with socket.create_connection((HOST, spec.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+    try:
+        with urllib.request.urlopen(spec.ready_url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _start(spec: Background, env: dict[str, str], timeout: float) -> Started:
+    """Start `spec` in its own session (output to a temporary file) and wait until
+    it is ready: it accepts TCP connections, or its ready_url answers 200."""
+    output = tempfile.TemporaryFile()  # noqa: SIM115 (kept with the process, closed by its owner)
+    try:
+        proc = subprocess.Popen(
+            spec.argv,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        output.close()
+        raise StartError(f"{spec.role} did not start: {exc}") from exc
+    started = Started(spec, proc, output)
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            tail = started.tail(4)
+            _stop(started)
+            output.close()
+            text = " / ".join(tail).lower()
+            retry = any(marker in text for marker in ADDRESS_IN_USE)
+            raise StartError(
+                f"{spec.role} exited ({proc.returncode}) before it was ready: "
+                + (" / ".join(tail) or "no output"),
+                retry=retry,
+            )
+        if _is_ready(spec):
+            return started
+        if time.monotonic() > deadline:
+            tail = started.tail(4)
+            _stop(started)
+            output.close()
+            raise StartError(
+                f"{spec.role} not ready after {timeout:g}s on port {spec.port}: "
+                + (" / ".join(tail) or "no output")
+            )
+        time.sleep(0.05)
+
+
+def _stop(started: Started, grace: float = 3.0) -> None:
+    """SIGTERM the process group, wait `grace`, then SIGKILL it; close its output."""
+    proc = started.proc
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    # Anything else left in the group (the process itself has been waited for).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _start_all(
+    run: Run, ctx: Context, feature: str | None, env: dict[str, str]
+) -> tuple[Launch, list[Started]]:
+    """Start the run's background processes in order; a port lost to a race
+    (address in use) is retried with new ports, twice at most."""
+    for attempt in range(3):
+        launch = run.launch(ctx, feature)
+        started: list[Started] = []
+        try:
+            for spec in launch.background:
+                started.append(_start(spec, env, ctx.start_timeout))
+            return launch, started
+        except StartError as exc:
+            for item in reversed(started):
+                _stop(item)
+                item.output.close()
+            if not exc.retry or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_job(runs: Sequence[Run], ctx: Context) -> list[Observation]:
     """One client process for `runs`: a single run, or the MRTR runs of one
-    client x server pair and route that `--feature all` serves together."""
+    client x server pair, route and transports that `--feature all` serves
+    together. HTTP servers and gateways are started first and stopped after."""
     first = runs[0]
     feature = "all" if len(runs) > 1 else None
-    argv = first.argv(ctx, feature=feature)
     tag = uuid.uuid4().hex
     env = dict(os.environ, MCP_PEERS_DIR=str(ctx.peers), **{RUN_TAG_VAR: tag})
     env.setdefault("PYTHONUNBUFFERED", "1")
     timed_out = False
+    started_at = time.monotonic()
+    background: list[Started] = []
+    try:
+        launch, background = _start_all(first, ctx, feature, env)
+    except (StartError, OSError) as exc:
+        leftovers = _reap_tagged(tag)
+        failed = first.launch(ctx, feature, ports=lambda: 0)
+        return [
+            Observation(
+                run,
+                ok=False,
+                duration=time.monotonic() - started_at,
+                exit_code=None,
+                error=f"setup failed: {first_line(str(exc), 300)}",
+                leftovers=leftovers,
+                commands=failed.describe(),
+                shared=len(runs),
+            )
+            for run in runs
+        ]
     # Temporary files, not pipes: a grandchild holding a pipe open must not
     # block us after the client itself has exited.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return [
-                Observation(run, ok=False, duration=0.0, exit_code=None, error=str(exc))
-                for run in runs
-            ]
-        try:
-            proc.wait(timeout=ctx.hard_timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-        duration = time.monotonic() - started
+            try:
+                proc = subprocess.Popen(
+                    launch.client,
+                    cwd=REPO,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                return [
+                    Observation(
+                        run,
+                        ok=False,
+                        duration=0.0,
+                        exit_code=None,
+                        error=str(exc),
+                        commands=launch.describe(),
+                    )
+                    for run in runs
+                ]
+            try:
+                proc.wait(timeout=ctx.hard_timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+            duration = time.monotonic() - started_at
+        finally:
+            background_tail: list[str] = []
+            for item in reversed(background):  # the gateway before its upstream
+                _stop(item)
+                background_tail += item.tail()
+                item.output.close()
         leftovers = _reap_tagged(tag)
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
     report = _parse_report(stdout)
-    return [
+    observations = [
         _observe(
             run,
             report,
@@ -727,6 +1056,10 @@ def run_job(runs: Sequence[Run], ctx: Context) -> list[Observation]:
         )
         for run in runs
     ]
+    for obs in observations:
+        obs.commands = launch.describe()
+        obs.stderr_tail = obs.stderr_tail + background_tail
+    return observations
 
 
 def run_one(run: Run, ctx: Context) -> Observation:
@@ -740,7 +1073,7 @@ def group_runs(runs: Sequence[Run], group: bool = True) -> list[list[int]]:
     `--feature all` run; everything else (and an incomplete set of the four)
     runs on its own."""
     jobs: list[list[int]] = []
-    buckets: dict[tuple[str, str, str, tuple[str, ...]], list[int]] = {}
+    buckets: dict[tuple[str, str, str, str, str, tuple[str, ...]], list[int]] = {}
     for index, run in enumerate(runs):
         if (
             group
@@ -748,7 +1081,8 @@ def group_runs(runs: Sequence[Run], group: bool = True) -> list[list[int]]:
             and run.cell.feature in MRTR_FEATURES
             and run.client.takes_feature
         ):
-            key = (run.client.name, run.server.name, run.via, run.options)
+            cell = run.cell
+            key = (run.client.name, run.server.name, run.via, cell.front, cell.back, run.options)
             if key not in buckets:
                 buckets[key] = []
                 jobs.append(buckets[key])  # first appearance keeps its place
@@ -833,12 +1167,15 @@ def find_run(
     *,
     feature_arg: str | None = None,
     options: Sequence[str] = (),
+    front: str = "stdio",
+    back: str = "stdio",
 ) -> Run:
-    """The stdio x stdio run of this client/server pair for `feature`'s cell.
-    `feature_arg` makes an MRTR client check something else under that cell's
-    expectations (elicitation-url-required); `options` are extra client options."""
+    """The run of this client/server pair for the cell of `feature` over
+    `front`→`back` (default stdio→stdio). `feature_arg` makes an MRTR client
+    check something else under that cell's expectations
+    (elicitation-url-required); `options` are extra client options."""
     c, s = matrix.clients[client], matrix.servers[server]
-    cell = matrix.cell(cell_id(c.era, s.era, "stdio", "stdio", feature))
+    cell = matrix.cell(cell_id(c.era, s.era, front, back, feature))
     return Run(cell, c, s, via, feature_arg=feature_arg, options=tuple(options))
 
 
@@ -880,6 +1217,49 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
+def _code_version() -> str:
+    """The commit the run used, and whether the working tree differed from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "gateway", "compat_matrix"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    changed = sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
+    if not changed:
+        return f"commit `{head}`"
+    return f"commit `{head}` with uncommitted changes in {', '.join(changed)}/"
+
+
+def _cell_set(cells: Sequence[Cell]) -> str:
+    """A short name for a set of cells: eras x routes x features when it is
+    exactly that product, else the list of ids."""
+    have = {(c.client_era, c.server_era, c.front, c.back) for c in cells}
+    eras = [f"{ce}-{se}" for ce in ERAS for se in ERAS if any(h[:2] == (ce, se) for h in have)]
+    routes = [f"{f}-{b}" for f, b in ROUTES if any(h[2:] == (f, b) for h in have)]
+    features = [f for f in FEATURES if any(c.feature == f for c in cells)]
+    if len(eras) * len(routes) * len(features) == len(cells):
+        every = " (all four)" if len(routes) == len(ROUTES) else ""
+        return (
+            f"client-server eras {', '.join(eras)}; front-back {', '.join(routes)}{every}; "
+            f"features {', '.join(features)} ({len(cells)} cells)"
+        )
+    return ", ".join(f"`{c.id}`" for c in cells)
+
+
 def render_report(
     matrix: Matrix,
     observations: Sequence[Observation],
@@ -905,8 +1285,18 @@ def render_report(
         f"- run: {stamp}, {elapsed:.0f} s wall clock, {jobs} parallel jobs, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
-    add(f"- gateway: `{_md(matrix.gateway_command)}`")
-    add(f"- client timeout {ctx.client_timeout:g} s, hard timeout {ctx.hard_timeout:g} s per run")
+    add(f"- code: {_code_version()}")
+    add(f"- gateway, stdio back: `{_md(ctx.gateway_command)}`")
+    add(f"- gateway, HTTP back: `{_md(ctx.gateway_upstream_command)}`")
+    add(
+        "- `{listen}` is `--listen 127.0.0.1:PORT` for an HTTP front (run.py starts the "
+        "gateway and waits for its `/readyz`), nothing for stdio (the client spawns it); "
+        "HTTP servers listen on free ports of 127.0.0.1 and are reached at `/mcp`"
+    )
+    add(
+        f"- client timeout {ctx.client_timeout:g} s, hard timeout {ctx.hard_timeout:g} s per "
+        f"run, {ctx.start_timeout:g} s for an HTTP server or gateway to become ready"
+    )
     shared = [o for o in observations if o.shared > 1]
     if shared:
         processes = len(observations) - len(shared) + round(sum(1 / o.shared for o in shared))
@@ -937,6 +1327,36 @@ def render_report(
             f"| {len(group) - good} |"
         )
     add("")
+    add(
+        "By front→back (a client run's time includes starting the server and the "
+        "gateway, and for HTTP waiting until they are ready):"
+    )
+    add("")
+    add(
+        "| front→back | route | cell runs | client runs | works | fails | as expected "
+        "| mismatches | median s | total s |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|")
+    for front, back in ROUTES:
+        for via in VIAS:
+            group = [
+                o
+                for o in observations
+                if o.run.via == via and (o.run.cell.front, o.run.cell.back) == (front, back)
+            ]
+            if not group:
+                continue
+            works = sum(o.ok for o in group)
+            good = sum(verdicts[id(o)].matched for o in group)
+            durations = sorted(o.duration for o in group)
+            client_runs = round(sum(1 / o.shared for o in group))
+            total = sum(o.duration / o.shared for o in group)
+            add(
+                f"| {front}→{back} | {via} | {len(group)} | {client_runs} | {works} "
+                f"| {len(group) - works} | {good} | {len(group) - good} "
+                f"| {durations[len(durations) // 2]:.1f} | {total:.0f} |"
+            )
+    add("")
     pairs = {(o.run.cell.id, o.run.pair) for o in observations}
     add(
         f"- matrix cells: {len(matrix.cells)} ({len(ready_cells)} ready, "
@@ -951,37 +1371,41 @@ def render_report(
         )
     add("")
 
-    # era-level view of the ready cells
-    add("## By era (stdio front x stdio back)")
+    # era-level view of the ready cells, one table per front x back
+    add("## By era")
     add("")
     add(
         "Each entry: the runs that work, direct / through the gateway, over the peer "
         "pairs run for that cell (✓: every run as expected). The spec's direct outcome "
-        "is in the second column; through the gateway every cell must work."
+        "is in the second column; through the gateway every cell must work. Mixed "
+        "transports have no direct run (`-`)."
     )
     add("")
-    add("| client → server | spec, direct | " + " | ".join(FEATURES) + " |")
-    add("|---|---|" + "---|" * len(FEATURES))
-    for ce in ERAS:
-        for se in ERAS:
-            row = [
-                f"**{ce} → {se}**",
-                matrix.cell(cell_id(ce, se, "stdio", "stdio", "basic")).direct,
-            ]
-            for feature in FEATURES:
-                cell = matrix.cell(cell_id(ce, se, "stdio", "stdio", feature))
-                got = [o for o in observations if o.run.cell is cell]
-                if not got:
-                    row.append("not run" if cell.ready else "not yet")
-                    continue
-                tallies = []
-                for via in VIAS:
-                    group = [o for o in got if o.run.via == via]
-                    tallies.append(f"{sum(o.ok for o in group)}/{len(group)}")
-                good = all(verdicts[id(o)].matched for o in got)
-                row.append(" / ".join(tallies) + (" ✓" if good else " ✗"))
-            add("| " + " | ".join(row) + " |")
-    add("")
+    for front, back in ROUTES:
+        add(f"### {front} front → {back} back")
+        add("")
+        add("| client → server | spec, direct | " + " | ".join(FEATURES) + " |")
+        add("|---|---|" + "---|" * len(FEATURES))
+        for ce in ERAS:
+            for se in ERAS:
+                row = [
+                    f"**{ce} → {se}**",
+                    matrix.cell(cell_id(ce, se, front, back, "basic")).direct,
+                ]
+                for feature in FEATURES:
+                    cell = matrix.cell(cell_id(ce, se, front, back, feature))
+                    got = [o for o in observations if o.run.cell is cell]
+                    if not got:
+                        row.append("not run" if cell.ready else "not yet")
+                        continue
+                    tallies = []
+                    for via in VIAS:
+                        group = [o for o in got if o.run.via == via]
+                        tallies.append(f"{sum(o.ok for o in group)}/{len(group)}" if group else "-")
+                    good = all(verdicts[id(o)].matched for o in got)
+                    row.append(" / ".join(tallies) + (" ✓" if good else " ✗"))
+                add("| " + " | ".join(row) + " |")
+        add("")
     if any(o.run.client.takes_feature for o in observations):
         add(
             "MRTR cells (elicitation-form, elicitation-url, sampling, roots): the client calls "
@@ -997,15 +1421,15 @@ def render_report(
             "pushed it, or an `inputRequests` key when the modern SDK ran the rounds)."
         )
         add("")
-    notes: dict[str, list[str]] = {}
+    notes: dict[str, list[Cell]] = {}
     for cell in ready_cells:
-        if cell.note:
-            notes.setdefault(cell.note, []).append(cell.id)
+        for note in cell.notes:
+            notes.setdefault(note, []).append(cell)
     if notes:
         add("Notes on ready cells:")
         add("")
-        for note, ids in notes.items():
-            add(f"- {_md(note)}: " + ", ".join(f"`{i}`" for i in ids))
+        for note, cells in notes.items():
+            add(f"- {_md(note)}: {_cell_set(cells)}")
         add("")
 
     # the table
@@ -1038,7 +1462,7 @@ def render_report(
             want, want_era = cell.expected(route)
             cols.append(f"{want} ({want_era})" if want == "works" and want_era else want)
             if seen is None:
-                cols.append("not run")
+                cols.append("-" if want == "n/a" else "not run")
                 times.append("-")
                 continue
             verdict = verdicts[id(seen)]
@@ -1055,9 +1479,15 @@ def render_report(
         add("")
         for obs in mismatches:
             add(f"- `{obs.run.key}`: {_md(verdicts[id(obs)].reason)}")
-            argv = obs.run.argv(ctx, feature="all" if obs.shared > 1 else None)
-            add(f"  - command: `{_md(shlex.join(argv))}`")
-            for line in obs.stderr_tail[-5:]:
+            commands = (
+                obs.commands
+                or obs.run.launch(
+                    ctx, feature="all" if obs.shared > 1 else None, ports=lambda: 0
+                ).describe()
+            )
+            for command in commands:
+                add(f"  - {_md(command.split(': ', 1)[0])}: `{_md(command.split(': ', 1)[1])}`")
+            for line in obs.stderr_tail[-8:]:
                 add(f"  - stderr: `{_md(line[:200])}`")
         add("")
 
@@ -1089,11 +1519,20 @@ def render_report(
     # peers
     add("## Peers")
     add("")
-    add("| role | name | era | what | command |")
-    add("|---|---|---|---|---|")
+    add(
+        "A client with the http transport takes `--url URL` in place of `-- {server}`; "
+        "a server's HTTP command serves `http://127.0.0.1:{port}/mcp`."
+    )
+    add("")
+    add("| role | name | era | what | transports | command | HTTP command |")
+    add("|---|---|---|---|---|---|---|")
     for peer in [*matrix.clients.values(), *matrix.servers.values()]:
         what = peer.label + (f" — **not run**: {peer.unused}" if peer.unused else "")
-        add(f"| {peer.role} | {peer.name} | {peer.era} | {_md(what)} | `{_md(peer.command)}` |")
+        http = f"`{_md(peer.http_command)}`" if peer.http_command else "-"
+        add(
+            f"| {peer.role} | {peer.name} | {peer.era} | {_md(what)} "
+            f"| {', '.join(peer.transports)} | `{_md(peer.command)}` | {http} |"
+        )
     add("")
 
     if stragglers:
@@ -1128,7 +1567,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gateway",
         metavar="TEMPLATE",
-        help="gateway command template with a {server} word (default from cells.toml)",
+        help="gateway command template for a stdio back, with {listen} and {server} words "
+        "(default from cells.toml)",
+    )
+    parser.add_argument(
+        "--gateway-upstream",
+        metavar="TEMPLATE",
+        help="gateway command template for an HTTP back, with {listen} and {upstream} words "
+        "(default from cells.toml)",
     )
     parser.add_argument(
         "--separate-features",
@@ -1146,12 +1592,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     ctx = Context.for_matrix(matrix)
     if args.gateway:
-        ctx = Context(
-            peers=ctx.peers,
-            client_timeout=ctx.client_timeout,
-            hard_timeout=ctx.hard_timeout,
-            gateway_command=args.gateway,
-        )
+        ctx = dataclasses.replace(ctx, gateway_command=args.gateway)
+    if args.gateway_upstream:
+        ctx = dataclasses.replace(ctx, gateway_upstream_command=args.gateway_upstream)
     runs = plan(matrix, args.only)
     if args.list:
         with contextlib.suppress(BrokenPipeError):
