@@ -25,10 +25,11 @@ from uuid import uuid4
 import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
-from pydantic import BaseModel
+from pydantic import AnyUrl, BaseModel
 
 # FastMCP finds the context parameter by its (parametrised) Context class.
 Ctx = Context[ServerSession, Any, Any]
@@ -159,7 +160,64 @@ def notes_index() -> str:
 @mcp.resource("notes://{name}")
 def note(name: str) -> str:
     """Resource template: the body of one note."""
-    return f"Note {name}"
+    return _notes.get(name, f"Note {name}")
+
+
+# -- change notifications (tests/test_real_peers_notifications.py) -------------
+# `add_note` changes the body of `notes://{name}` and sends
+# notifications/resources/updated when that URI is subscribed; `register_tool`
+# adds a tool and sends notifications/tools/list_changed. With `--notify` the
+# server also declares `tools.listChanged` and `resources.subscribe` (mcp 1.30's
+# low-level server hard-codes `subscribe: false`, so the capabilities are patched).
+
+_notes: dict[str, str] = {}
+_subscribed: set[str] = set()
+
+
+@mcp.tool()
+async def add_note(name: str, text: str, ctx: Ctx) -> str:
+    """Set the body of notes://{name}; notifies subscribers of that URI."""
+    _notes[name] = text
+    uri = f"notes://{name}"
+    if uri in _subscribed:
+        await ctx.session.send_resource_updated(AnyUrl(uri))
+        return f"updated {uri} (notified)"
+    return f"updated {uri}"
+
+
+@mcp.tool()
+async def register_tool(name: str, ctx: Ctx) -> str:
+    """Add a tool `name` (returns "I am <name>") and send tools/list_changed."""
+
+    def added() -> str:
+        return f"I am {name}"
+
+    mcp.add_tool(added, name=name, description=f"Tool {name}, added at run time.")
+    await ctx.session.send_tool_list_changed()
+    return f"registered {name}"
+
+
+def _enable_notifications() -> None:
+    low = mcp._mcp_server  # FastMCP has no public accessor
+
+    @low.subscribe_resource()
+    async def _subscribe(uri: AnyUrl) -> None:
+        _subscribed.add(str(uri))
+
+    @low.unsubscribe_resource()
+    async def _unsubscribe(uri: AnyUrl) -> None:
+        _subscribed.discard(str(uri))
+
+    original = low.get_capabilities
+
+    def capabilities(notification_options: Any, experimental: Any) -> Any:
+        options = NotificationOptions(tools_changed=True, resources_changed=True)
+        caps = original(options, experimental)
+        if caps.resources is not None:
+            caps.resources.subscribe = True
+        return caps
+
+    low.get_capabilities = capabilities  # type: ignore[method-assign]
 
 
 @mcp.prompt()
@@ -173,7 +231,14 @@ def main() -> None:
     parser.add_argument(
         "--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp"
     )
+    parser.add_argument(
+        "--notify",
+        action="store_true",
+        help="declare tools.listChanged and resources.subscribe (and serve resources/subscribe)",
+    )
     args = parser.parse_args()
+    if args.notify:
+        _enable_notifications()
     if args.http is None:
         mcp.run("stdio")
         return

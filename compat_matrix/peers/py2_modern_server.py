@@ -206,7 +206,37 @@ def notes_index() -> str:
 @mcp.resource("notes://{name}")
 def note(name: str) -> str:
     """Resource template: the body of one note."""
-    return f"Note {name}"
+    return _notes.get(name, f"Note {name}")
+
+
+# -- change notifications (tests/test_real_peers_notifications.py) -------------
+# mcp 2.x publishes change events on its subscription bus; they reach
+# `subscriptions/listen` streams (modern wire) only. `add_note` changes the body
+# of notes://{name} and publishes resources/updated for that URI;
+# `register_tool` adds a tool and publishes tools/list_changed.
+
+_notes: dict[str, str] = {}
+
+
+@mcp.tool()
+async def add_note(name: str, text: str, ctx: Context) -> str:
+    """Set the body of notes://{name}; notifies listeners of that URI."""
+    _notes[name] = text
+    uri = f"notes://{name}"
+    await ctx.notify_resource_updated(uri)
+    return f"updated {uri}"
+
+
+@mcp.tool()
+async def register_tool(name: str, ctx: Context) -> str:
+    """Add a tool `name` (returns "I am <name>") and publish tools/list_changed."""
+
+    def added() -> str:
+        return f"I am {name}"
+
+    mcp.add_tool(added, name=name, description=f"Tool {name}, added at run time.")
+    await ctx.notify_tools_changed()
+    return f"registered {name}"
 
 
 @mcp.prompt()
