@@ -1217,8 +1217,9 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def _code_version() -> str:
-    """The commit the run used, and whether the working tree differed from it."""
+def code_version() -> str:
+    """The commit checked out, and which tracked files of gateway/ and
+    compat_matrix/ differ from it (untracked files and REPORT.md aside)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -1229,7 +1230,16 @@ def _code_version() -> str:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "gateway", "compat_matrix"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                "gateway",
+                "compat_matrix",
+                ":!compat_matrix/REPORT.md",
+            ],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -1238,10 +1248,10 @@ def _code_version() -> str:
         ).stdout.split("\n")
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git)"
-    changed = sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
+    changed = sorted(line[3:] for line in dirty if line.strip())
     if not changed:
-        return f"commit `{head}`"
-    return f"commit `{head}` with uncommitted changes in {', '.join(changed)}/"
+        return f"commit `{head}`, no uncommitted changes in gateway/ or compat_matrix/"
+    return f"commit `{head}` with uncommitted changes to {', '.join(changed)}"
 
 
 def _cell_set(cells: Sequence[Cell]) -> str:
@@ -1268,6 +1278,7 @@ def render_report(
     elapsed: float,
     jobs: int,
     ctx: Context,
+    code: str | None = None,
 ) -> str:
     by_key = {(o.run.cell.id, o.run.pair, o.run.via): o for o in observations}
     verdicts = {id(o): judge(o) for o in observations}
@@ -1285,7 +1296,7 @@ def render_report(
         f"- run: {stamp}, {elapsed:.0f} s wall clock, {jobs} parallel jobs, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
-    add(f"- code: {_code_version()}")
+    add(f"- code: {code or code_version()} (at the start of the run)")
     add(f"- gateway, stdio back: `{_md(ctx.gateway_command)}`")
     add(f"- gateway, HTTP back: `{_md(ctx.gateway_upstream_command)}`")
     add(
@@ -1619,13 +1630,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
 
+    code = code_version()
     started = time.monotonic()
     observations = run_many(
         runs, ctx, jobs=jobs, progress=progress, group=not args.separate_features
     )
     elapsed = time.monotonic() - started
     report = render_report(
-        matrix, observations, only=args.only, elapsed=elapsed, jobs=jobs, ctx=ctx
+        matrix, observations, only=args.only, elapsed=elapsed, jobs=jobs, ctx=ctx, code=code
     )
     args.out.write_text(report + "\n")
     bad = [o for o in observations if not judge(o).matched]
