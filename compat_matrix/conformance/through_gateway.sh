@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The official conformance suite through the gateway's HTTP front, with a
+# fixture server behind it on stdio. Each run starts the gateway on a free
+# 127.0.0.1 port, waits for /readyz, runs compat_matrix/conformance/run.py
+# --url against it, and stops the gateway (SIGTERM to its process group, then
+# SIGKILL). Results go to compat_matrix/conformance/results/gw-*.json/.md;
+# compare them with the direct baseline (results/BASELINE.md) in
+# results/GATEWAY.md.
+#
+#   bash compat_matrix/conformance/through_gateway.sh            # every run below
+#   bash compat_matrix/conformance/through_gateway.sh a-req b-req  # some of them
+#
+# Runs:
+#   a-all       modern suite (--suite all, 2026-07-28)  -> gateway -> legacy py1
+#   a-req       --requirements 2026-07-28               -> gateway -> legacy py1
+#   b-req       --requirements 2025-11-25 (legacy)      -> gateway -> modern-only py2
+#   a-all-ttl3  a-all with [mrtr] state_ttl = 3 (see GATEWAY.md: an abandoned
+#   a-req-ttl3  a-req   parked call holds the stdio session for state_ttl)
+#   a-all-ms4   a-all-ttl3 with --max-sessions 4 (sessions keyed by the
+#               client's declared capabilities)
+#
+# Needs peers/install.sh and peers/install_conformance.sh. Environment:
+# GW_PYTHON (default python3), GW_LOG_DIR (gateway logs; default a temp dir),
+# SUITE_TIMEOUT (hard limit per suite run, s; default 900).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PY=${GW_PYTHON:-python3}
+PEERS=${MCP_PEERS_DIR:-.peers}
+OUT=compat_matrix/conformance/results
+LOGS=${GW_LOG_DIR:-$(mktemp -d -t gw-conformance-XXXXXX)}
+SUITE_TIMEOUT=${SUITE_TIMEOUT:-900}
+PY1=("$PEERS/py1/bin/python" compat_matrix/conformance/py1_fixture_server.py)
+PY2M=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --modern-only)
+TTL3=$(mktemp -t gw-ttl3-XXXXXX.toml)
+printf '[mrtr]\nstate_ttl = 3\n' >"$TTL3"
+set -m # background jobs get their own process group: the gateway and its upstream die together
+
+gw_pid=""
+stop_gateway() {
+  [[ -n $gw_pid ]] || return 0
+  kill -TERM -- "-$gw_pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$gw_pid" 2>/dev/null
+  wait "$gw_pid" 2>/dev/null
+  gw_pid=""
+}
+trap 'stop_gateway; rm -f "$TTL3"' EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# gw_run LABEL UPSTREAM(py1|py2m) "GATEWAY ARGS" RUN.PY ARGS...
+gw_run() {
+  local label=$1 upstream=$2 gwargs=$3
+  shift 3
+  local port cmd log
+  port=$(free_port)
+  log="$LOGS/$label.gateway.log"
+  if [[ $upstream == py1 ]]; then cmd=("${PY1[@]}"); else cmd=("${PY2M[@]}"); fi
+  # shellcheck disable=SC2086  # gwargs is a list of words
+  "$PY" -m gateway --listen "127.0.0.1:$port" --log-level info $gwargs -- "${cmd[@]}" >"$log" 2>&1 &
+  gw_pid=$!
+  local ready=""
+  for _ in $(seq 300); do # 30 s
+    if "$PY" - "$port" <<'EOF' 2>/dev/null; then ready=1; break; fi
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/readyz", timeout=1).read()
+EOF
+    kill -0 "$gw_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $ready ]]; then
+    echo "[through-gateway] $label: the gateway did not get ready (log: $log)" >&2
+    stop_gateway
+    return 1
+  fi
+  timeout -k 10 $((SUITE_TIMEOUT + 60)) "$PY" compat_matrix/conformance/run.py \
+    --url "http://127.0.0.1:$port/mcp" --label "$label" --timeout "$SUITE_TIMEOUT" "$@"
+  local rc=$?
+  stop_gateway
+  echo "[through-gateway] $label: run.py exit $rc, gateway log $log" >&2
+  return 0
+}
+
+run_one() {
+  case $1 in
+    a-all) gw_run gw-py1-all-2026-07-28 py1 "" --suite all --spec-version 2026-07-28 ;;
+    a-req) gw_run gw-py1-req-2026-07-28 py1 "" --requirements 2026-07-28 ;;
+    b-req) gw_run gw-py2-modern-req-2025-11-25 py2m "" --requirements 2025-11-25 ;;
+    a-all-ttl3) gw_run gw-py1-all-2026-07-28-ttl3 py1 "--config $TTL3" --suite all --spec-version 2026-07-28 ;;
+    a-req-ttl3) gw_run gw-py1-req-2026-07-28-ttl3 py1 "--config $TTL3" --requirements 2026-07-28 ;;
+    a-all-ms4) gw_run gw-py1-all-2026-07-28-ttl3-ms4 py1 "--config $TTL3 --max-sessions 4" --suite all --spec-version 2026-07-28 ;;
+    *) echo "unknown run $1" >&2; return 2 ;;
+  esac
+}
+
+runs=("$@")
+[[ ${#runs[@]} -gt 0 ]] || runs=(b-req a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req)
+for r in "${runs[@]}"; do
+  run_one "$r"
+done
