@@ -335,6 +335,14 @@ async def test_a_session_deleted_under_a_request_answers_it_404(tmp_path: Path) 
     assert replies[0].json()["id"] == 2
 
 
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+def _gone(pid: str) -> bool:
+    return not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
 async def test_sigterm_stops_the_sidecar_cleanly(tmp_path: Path) -> None:
     port = free_port()
     cmd = [
@@ -359,15 +367,11 @@ async def test_sigterm_stops_the_sidecar_cleanly(tmp_path: Path) -> None:
                     except httpx.TransportError:
                         pass
                     await anyio.sleep(0.05)
-        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        children = _children(process.pid)
         process.terminate()
         with anyio.fail_after(10):
             assert await process.wait() == 0
-        for child in children:
-            assert (
-                not Path(f"/proc/{child}").exists()
-                or "zombie" in Path(f"/proc/{child}/status").read_text()
-            )
+        assert all(map(_gone, children))
     finally:
         if process.returncode is None:
             process.kill()
