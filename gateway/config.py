@@ -35,6 +35,8 @@ class Config:
     startup_timeout: float = 30.0
     request_timeout: float = 120.0
     listen_timeout: float = 86400.0  # the longest a subscriptions/listen may stay open
+    # Vendor methods a modern client may send a legacy server as they are.
+    passthrough_methods: frozenset[str] = frozenset()
     shutdown_grace: float = 5.0  # to drain in-flight calls at shutdown
     # After closing the upstream's stdin, how long before SIGTERM (and again
     # before SIGKILL). Short by default: MCP clients give their server about
@@ -155,6 +157,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("upstream", "startup_timeout"): "startup_timeout",
     ("upstream", "request_timeout"): "request_timeout",
     ("upstream", "listen_timeout"): "listen_timeout",
+    ("upstream", "passthrough_methods"): "passthrough_methods",
     ("upstream", "restart_backoff_initial"): "restart_backoff_initial",
     ("upstream", "restart_backoff_max"): "restart_backoff_max",
     ("http", "allowed_hosts"): "http_allowed_hosts",
@@ -208,6 +211,10 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false")
         return value
+    if name == "passthrough_methods":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings")
+        return frozenset(value)
     if name in ("command", "replay_tools", "http_allowed_hosts", "http_allowed_origins"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings")

@@ -41,6 +41,21 @@ REMOVED_IN_MODERN = frozenset(
 )
 # Methods a legacy server never had.
 MODERN_ONLY = frozenset({"server/discover", "subscriptions/listen"})
+# What a modern client may ask a legacy server through the gateway
+# (server/discover the gateway answers itself).
+BRIDGED_TO_LEGACY = frozenset(
+    {
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "subscriptions/listen",
+        "completion/complete",
+    }
+)
 # 2026-07-28 "Caching": results that must carry ttlMs / cacheScope.
 CACHEABLE = frozenset(
     {

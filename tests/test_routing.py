@@ -207,3 +207,19 @@ def test_client_notifications() -> None:
     roots = wire.notification("notifications/roots/list_changed")
     assert routing.route_notification(roots, s, MODERN) is None  # removed in 2026-07-28
     assert routing.route_notification(roots, s, LEGACY) == roots
+
+
+def test_unknown_methods_to_a_legacy_server_are_method_not_found() -> None:
+    # 2026-07-28 streamable-http "Protocol Version Header": unknown method → -32601;
+    # DESIGN §5.4: task methods have no cross-era mapping.
+    for method in ("unknown/method", "tasks/get"):
+        d = routing.route_request(modern(method), None, LEGACY, HINT)
+        assert isinstance(d, routing.Reply) and d.message["error"]["code"] == wire.METHOD_NOT_FOUND
+    vendor = routing.route_request(
+        modern("com.example/x"), None, LEGACY, HINT, frozenset({"com.example/x"})
+    )
+    assert isinstance(vendor, routing.Forward)
+    # A modern server decides for itself.
+    assert isinstance(
+        routing.route_request(modern("tasks/get"), None, MODERN, HINT), routing.Forward
+    )

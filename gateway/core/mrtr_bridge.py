@@ -239,6 +239,22 @@ class HeldCall:
             "requestState": token,
         }
 
+    def check_retry(self, claims: Claims, input_responses: object) -> None:
+        """StateRejected if `accept_retry` would reject this retry; changes nothing."""
+        if claims.round <= self.consumed:
+            raise StateRejected("requestState was already used; send the latest one")
+        if claims.round != self.round:
+            raise StateRejected("requestState is not the latest for this request")
+        if input_responses is None:
+            return
+        if not isinstance(input_responses, dict):
+            raise StateRejected("inputResponses must be an object")
+        for key, ask in self.asks.items():
+            if key in input_responses:
+                problem = response_problem(ask.method, input_responses[key])
+                if problem is not None:
+                    raise StateRejected(f"inputResponses[{key!r}] {problem}")
+
     def accept_retry(self, claims: Claims, input_responses: object) -> RetryOutcome:
         """Match a verified retry to the pending asks.
 

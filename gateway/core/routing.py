@@ -68,12 +68,15 @@ def route_request(
     session: LegacyClientSession | None,
     profile: UpstreamProfile,
     discover_cache: translate.CacheHint,
+    passthrough: frozenset[str] = frozenset(),
 ) -> Decision:
+    """`passthrough`: extra methods (vendor extensions) a modern client may send
+    to a legacy server as they are."""
     msg_id: wire.RequestId = msg["id"]
     method: str = msg["method"]
     params: dict[str, Any] | None = msg.get("params")
     if era.is_modern(msg):
-        return _route_modern(msg, msg_id, method, params, profile, discover_cache)
+        return _route_modern(msg, msg_id, method, params, profile, discover_cache, passthrough)
     if method == "initialize":
         return _open_session(msg_id, params, session, profile)
     if method == "ping":
@@ -139,6 +142,7 @@ def _route_modern(
     params: dict[str, Any] | None,
     profile: UpstreamProfile,
     discover_cache: translate.CacheHint,
+    passthrough: frozenset[str],
 ) -> Decision:
     problem = era.check_modern_meta(msg)
     if problem is not None:
@@ -162,6 +166,11 @@ def _route_modern(
                 ),
             )
         )
+    if method not in era.BRIDGED_TO_LEGACY and method not in passthrough:
+        # 2026-07-28 streamable-http "Protocol Version Header": an unknown method
+        # is -32601 (HTTP 404). A legacy server may say anything about it (mcp
+        # 1.x says -32602), and task methods have no cross-era mapping (DESIGN §5.4).
+        return _method_not_found(msg_id, method, "not served to modern clients of a legacy server")
     return Forward(
         method, translate.strip_modern_meta(params), Shape.TO_MODERN, era.Era.MODERN, caps, level
     )

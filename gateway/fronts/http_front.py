@@ -138,7 +138,9 @@ class HttpFront:
     def _principal(self, headers: dict[str, str]) -> str:
         tokens = self.config.http_tokens
         if not tokens:
-            return "anonymous"
+            # The same principal as the session the gateway opens at start-up,
+            # so the first HTTP client does not need a process of its own.
+            return "local"
         auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() == "bearer":

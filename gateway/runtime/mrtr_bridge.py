@@ -401,11 +401,26 @@ class MrtrBridge:
         self._hold_watch(entry)
         try:
             try:
-                outcome = entry.call.accept_retry(claims, params.get("inputResponses"))
+                # Check before waiting for the session: a bad retry must not
+                # queue behind other calls, and must leave the call as it was.
+                entry.call.check_retry(claims, params.get("inputResponses"))
             except StateRejected as exc:
                 log.info("retry rejected", why=str(exc))
                 self._park(entry)  # the call stays parked for a correct retry
                 return _invalid(msg_id, str(exc))
+            if not entry.finished.is_set():
+                try:
+                    with anyio.fail_after(self.config.request_timeout):
+                        await entry.session.lease.acquire_exclusive(entry)
+                except TimeoutError:
+                    self._park(entry)
+                    return wire.gateway_error(
+                        msg_id,
+                        wire.INTERNAL_ERROR,
+                        "The upstream session stayed busy; retry with the same requestState",
+                        reason="session-busy",
+                    )
+            outcome = entry.call.accept_retry(claims, params.get("inputResponses"))
             entry.link = link
             for ask, result in outcome.answers:
                 await entry.session.respond(wire.result_response(ask.upstream_id, result))
@@ -421,6 +436,11 @@ class MrtrBridge:
     def _park(self, entry: HeldEntry) -> None:
         assert entry.call.handle is not None
         self.held[entry.call.handle] = entry
+        # While the client gathers input the server waits on us, so nothing on
+        # the wire can be this call's: the session is free for other calls
+        # until the retry takes it back (a client that never retries must not
+        # block everyone until the state expires).
+        entry.session.lease.release_exclusive(entry)
         deadline = anyio.current_time() + self.config.state_ttl
         if entry.watch is None:
             assert self._tg is not None

@@ -124,7 +124,11 @@ class GatewayService:
         if profile is None or not self.pool.settled:
             return False
         decision = routing.route_request(
-            msg, link.session, profile, self.config.cache_hint("server/discover")
+            msg,
+            link.session,
+            profile,
+            self.config.cache_hint("server/discover"),
+            self.config.passthrough_methods,
         )
         if isinstance(decision, routing.Reply):
             if decision.opens_session is not None:
@@ -337,7 +341,11 @@ class GatewayService:
         self, link: ClientLink, msg: wire.Message, profile: UpstreamProfile
     ) -> routing.Decision:
         decision = routing.route_request(
-            msg, link.session, profile, self.config.cache_hint("server/discover")
+            msg,
+            link.session,
+            profile,
+            self.config.cache_hint("server/discover"),
+            self.config.passthrough_methods,
         )
         if isinstance(decision, routing.Reply) and decision.opens_session is not None:
             link.session = decision.opens_session
