@@ -377,10 +377,15 @@ def test_mrtr_matrix_cells_are_ready() -> None:
     matrix = load_matrix()
     for feature in MRTR_FEATURES:
         cells = [c for c in matrix.cells if c.feature == feature]
-        ready = {(c.client_era, c.server_era) for c in cells if c.ready}
-        assert len(ready) == 9, feature
-        assert all((c.front, c.back) == ("stdio", "stdio") for c in cells if c.ready), feature
+        ready = {(c.client_era, c.server_era, c.front, c.back) for c in cells if c.ready}
+        assert len(ready) == 9 * 4, feature
         for cell in cells:
             if cell.ready:
                 assert all(matrix.clients[n].takes_feature for n in cell.clients)
-                assert len(cell.servers) == 2
+                # stdio cells run both servers of the era; an HTTP cell may leave
+                # one out, and its note says why.
+                assert (
+                    len(cell.servers) == 2
+                    if (cell.front, cell.back) == ("stdio", "stdio")
+                    else cell.servers and (len(cell.servers) == 2 or cell.note)
+                ), cell.id
