@@ -67,7 +67,6 @@ class Config:
     http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     http_allowed_origins: tuple[str, ...] = ()
     http_tokens: dict[str, str] = field(default_factory=dict)  # principal -> bearer token
-    http_forward_authorization: bool = False
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
@@ -163,7 +162,6 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "allowed_hosts"): "http_allowed_hosts",
     ("http", "allowed_origins"): "http_allowed_origins",
     ("http", "tokens"): "http_tokens",
-    ("http", "forward_authorization"): "http_forward_authorization",
     ("http", "max_sessions"): "http_max_sessions",
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",
