@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import fnmatch
+import hashlib
 import json
 import os
 import platform
@@ -1254,6 +1255,36 @@ def code_version() -> str:
     return f"commit `{head}` with uncommitted changes to {', '.join(changed)}"
 
 
+def code_fingerprint() -> str | None:
+    """A hash of the files a run executes (gateway/, the peers, run.py) as they
+    are on disk: equal at the start and the end of a run iff nobody changed them
+    in between. None without git."""
+    try:
+        listed = subprocess.run(
+            [
+                "git",
+                "ls-files",
+                "-z",
+                "--",
+                "gateway",
+                "compat_matrix/peers",
+                "compat_matrix/run.py",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(n for n in listed.decode().split("\0") if n):
+        digest.update(name.encode() + b"\0")
+        with contextlib.suppress(OSError):
+            digest.update((REPO / name).read_bytes())
+    return digest.hexdigest()
+
+
 def _cell_set(cells: Sequence[Cell]) -> str:
     """A short name for a set of cells: eras x routes x features when it is
     exactly that product, else the list of ids."""
@@ -1279,6 +1310,7 @@ def render_report(
     jobs: int,
     ctx: Context,
     code: str | None = None,
+    code_changed: bool = False,
 ) -> str:
     by_key = {(o.run.cell.id, o.run.pair, o.run.via): o for o in observations}
     verdicts = {id(o): judge(o) for o in observations}
@@ -1297,6 +1329,11 @@ def render_report(
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
     add(f"- code: {code or code_version()} (at the start of the run)")
+    if code_changed:
+        add(
+            "- **the code changed during the run**: files of gateway/ or compat_matrix/peers/ "
+            "differed between its start and its end, so runs may have used either version"
+        )
     add(f"- gateway, stdio back: `{_md(ctx.gateway_command)}`")
     add(f"- gateway, HTTP back: `{_md(ctx.gateway_upstream_command)}`")
     add(
@@ -1631,16 +1668,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     code = code_version()
+    fingerprint = code_fingerprint()
     started = time.monotonic()
     observations = run_many(
         runs, ctx, jobs=jobs, progress=progress, group=not args.separate_features
     )
     elapsed = time.monotonic() - started
     report = render_report(
-        matrix, observations, only=args.only, elapsed=elapsed, jobs=jobs, ctx=ctx, code=code
+        matrix,
+        observations,
+        only=args.only,
+        elapsed=elapsed,
+        jobs=jobs,
+        ctx=ctx,
+        code=code,
+        code_changed=code_fingerprint() != fingerprint,
     )
     args.out.write_text(report + "\n")
     bad = [o for o in observations if not judge(o).matched]
+    if code_fingerprint() != fingerprint:
+        print("run.py: warning: the code changed during the run", file=sys.stderr)
     print(
         f"run.py: {len(observations)} runs in {elapsed:.0f}s, {len(bad)} mismatches; "
         f"wrote {args.out}",
