@@ -232,7 +232,7 @@ class UpstreamPool:
             del self.sessions[session.key]
         process = self._processes.pop(session, None)
         if process is not None:
-            await process.aclose(self.config.shutdown_grace)
+            await process.aclose(self.config.upstream_exit_grace)
 
     # -- opening ---------------------------------------------------------
     async def _open(self, key: SessionKey, *, first: bool) -> UpstreamSession:
