@@ -6,7 +6,6 @@ turned into JSON-RPC replies. Pure functions over bytes, strings and dicts.
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,10 +14,9 @@ from urllib.parse import urljoin, urlsplit
 import orjson
 
 from gateway import era, wire
+from gateway.core.http_binding import encode_value, header_text
 
 ACCEPT = "application/json, text/event-stream"
-SENTINEL_PREFIX = "=?base64?"
-SENTINEL_SUFFIX = "?="
 # Requests whose target is mirrored in Mcp-Name, and where it comes from.
 NAME_SOURCE = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 # RFC 9110 §5.1 field-name token (`1*tchar`).
@@ -32,32 +30,6 @@ _SNIPPET = 200
 
 
 # -- header values ------------------------------------------------------------
-def encode_value(value: str) -> str:
-    """A header value per "Value Encoding": as-is when it is plain visible
-    ASCII (spaces only inside), else the `=?base64?…?=` sentinel form; a plain
-    value that looks like the sentinel is encoded too, so it reads back as itself."""
-    plain = all(" " <= ch <= "~" for ch in value) and value == value.strip(" ")
-    looks_encoded = value.startswith(SENTINEL_PREFIX) and value.endswith(SENTINEL_SUFFIX)
-    if plain and not looks_encoded:
-        return value
-    return SENTINEL_PREFIX + base64.b64encode(value.encode()).decode("ascii") + SENTINEL_SUFFIX
-
-
-def header_text(value: object) -> str | None:
-    """An argument's header form ("Type conversion"), or None for no header."""
-    if value is None:
-        return None
-    if isinstance(value, bool):  # before int: bool is an int subclass
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))  # an integer the JSON decoder saw as 42.0
-    if isinstance(value, str):
-        return value
-    return None  # not a primitive: the annotation cannot apply
-
-
 def _safe_token_value(value: object) -> str | None:
     """A value for a header the spec gives no encoding (version, method)."""
     if isinstance(value, str) and value and all("!" <= ch <= "~" for ch in value):

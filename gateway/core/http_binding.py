@@ -66,17 +66,20 @@ def decode_value(raw: str) -> str | None:
     return raw
 
 
-def header_text(value: Any) -> str | None:
-    """A body value as it would appear in a header (None: no header expected)."""
+def header_text(value: object) -> str | None:
+    """An argument's header form ("Type conversion"), or None for no header."""
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool):  # before int: bool is an int subclass
         return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value) if isinstance(value, float) else str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        # An integer the JSON decoder saw as 42.0 travels as "42".
+        return str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, str):
         return value
-    return None
+    return None  # not a primitive: the annotation cannot apply
 
 
 def _same(header: str, body: Any) -> bool:

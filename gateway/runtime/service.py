@@ -111,7 +111,7 @@ class GatewayService:
         elif kind is wire.Kind.NOTIFICATION:
             await self._handle_client_notification(link, msg)
         else:
-            self._handle_client_reply(link, msg)
+            self.handle_client_reply(link, msg)
 
     # -- the fast path --------------------------------------------------------
     def _try_fast(self, link: ClientLink, msg: wire.Message) -> bool:
@@ -200,20 +200,31 @@ class GatewayService:
         link.inflight[msg_id] = InflightCall(None, decision.log_level, cancel)
         return True
 
+    def _lease_kind(
+        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+    ) -> str:
+        """How a call holds a legacy session (DESIGN §5.1.6): "none" where no
+        server request can need a client, "exclusive" for a legacy client that
+        declared client features while another client could claim a server
+        request, else "shared"."""
+        profile = session.profile
+        if profile is None or profile.era is not era.Era.LEGACY:
+            return "none"
+        if decision.method in _NO_SERVER_REQUESTS:
+            return "none"
+        if link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES)):
+            return "exclusive"
+        return "shared"
+
     def _lease_needed(
         self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
     ) -> bool | None:
         """For the fast path: True to hold the lease shared, False for no
         lease, None when the call must wait for it (the task path does that)."""
-        profile = session.profile
-        if profile is None or profile.era is not era.Era.LEGACY:
+        kind = self._lease_kind(link, decision, session)
+        if kind == "none":
             return False
-        if decision.method in _NO_SERVER_REQUESTS:
-            return False
-        exclusive = (
-            link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES))
-        )
-        if exclusive or not session.lease.can_share_now():
+        if kind == "exclusive" or not session.lease.can_share_now():
             return None
         return True
 
@@ -363,17 +374,10 @@ class GatewayService:
         """Forward a call, holding the session's lease when a server request
         during it could need a client (DESIGN §5.1.6)."""
         lease = session.lease
-        if (
-            session.profile is None
-            or session.profile.era is not era.Era.LEGACY
-            or decision.method in _NO_SERVER_REQUESTS
-        ):
+        kind = self._lease_kind(link, decision, session)
+        if kind == "none":
             return await self._forward(link, decision, session)
-        # A legacy client gets the server's requests forwarded as they come, so it
-        # needs the session to itself only when another client could claim them.
-        exclusive = (
-            link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES))
-        )
+        exclusive = kind == "exclusive"
         with anyio.fail_after(self.config.request_timeout):
             if exclusive:
                 await lease.acquire_exclusive(link)
@@ -502,9 +506,6 @@ class GatewayService:
         self.links.discard(link)
 
     def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
-        self._handle_client_reply(link, msg)
-
-    def _handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
         msg_id = msg.get("id")
         forwarded = link.server_requests.get(msg_id) if isinstance(msg_id, str) else None
         if forwarded is None:
