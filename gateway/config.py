@@ -70,6 +70,9 @@ class Config:
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
+    # Send the client's own Authorization header upstream (HTTP front and back
+    # only); upstream sessions are then keyed by that credential.
+    http_forward_authorization: bool = False
     # Logging
     log_level: str = "info"
     log_format: str = "console"  # console | json
@@ -105,6 +108,11 @@ class Config:
             raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
         if url is not None and self.command:
             raise ConfigError("give the upstream as a command or as a url, not both")
+        if self.http_forward_authorization and (url is None or self.listen == "stdio"):
+            raise ConfigError(
+                "forward_authorization needs an HTTP front (--listen HOST:PORT) "
+                "and an HTTP upstream (--upstream URL)"
+            )
         if self.max_sessions < 1:
             raise ConfigError("max_sessions must be at least 1")
         for name in (
@@ -165,6 +173,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "max_sessions"): "http_max_sessions",
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",
+    ("http", "forward_authorization"): "http_forward_authorization",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",
     ("mrtr", "state_ttl"): "state_ttl",

@@ -427,6 +427,24 @@ async def test_one_shared_session_by_default() -> None:
     assert len(c.upstream.spawned) == 1
 
 
+async def test_the_first_principal_takes_over_the_unused_start_up_session() -> None:
+    """With bearer tokens no client is "local": the first principal's request
+    uses the process started at start-up instead of replacing it; another
+    principal never shares it (DESIGN §7) and gets a process of its own."""
+    seen: list[wire.Message] = []
+    async with gateway(legacy_server({"tools/call": echo}, log=seen)) as c:
+        args = {"name": "echo", "arguments": {"text": "x"}}
+        c.link.principal = "ci"
+        first = await c.call("tools/call", args)
+        again = await c.call("tools/call", args)
+        assert len(c.upstream.spawned) == 1
+        c.link.principal = "other"
+        other = await c.call("tools/call", args)
+        assert len(c.upstream.spawned) == 2
+    assert all("result" in r for r in (first, again, other))
+    assert len([m for m in seen if m.get("method") == "initialize"]) == 2
+
+
 async def test_server_that_changes_era_across_a_restart_is_probed_again() -> None:
     legacy = legacy_server({"tools/call": echo})
     modern = modern_server({"tools/call": echo})

@@ -333,8 +333,10 @@ class HttpServerConnection:
                 if resp.status_code == 404 and sent_session:
                     self._session_gone("session ended by the server (HTTP 404)")
                     return None
+                challenge = resp.headers.get("www-authenticate")
                 return _Refused(
-                    http_wire.refusal_reply(msg_id, resp.status_code, body), resp.status_code
+                    http_wire.refusal_reply(msg_id, resp.status_code, body, challenge),
+                    resp.status_code,
                 )
         except (httpx.HTTPError, httpx.StreamError) as exc:
             return _Refused(http_wire.failure_reply(msg_id, _describe(exc)), None)
@@ -686,7 +688,9 @@ class HttpConnector:
             max_bytes=config.max_message_bytes,
         )
 
-    async def connect(self) -> HttpServerConnection:
+    async def connect(self, headers: Mapping[str, str] | None = None) -> HttpServerConnection:
+        """A new connection; `headers` (a forwarded client credential) are
+        sent on its every request, over the configured upstream headers."""
         if self._client is None:
             # HTTP/1.1 keep-alive; no connection cap, since each in-flight call
             # holds one and calls are bounded upstream of here.
@@ -697,7 +701,7 @@ class HttpConnector:
         connection = HttpServerConnection(
             self._client,
             self.url,
-            headers=self._headers,
+            headers={**self._headers, **(headers or {})},
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
             max_bytes=self._max_bytes,

@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlsplit
 import orjson
 
 from gateway import era, wire
-from gateway.core.http_binding import encode_value, header_text
+from gateway.core.http_binding import UNAUTHORIZED_REASON, encode_value, header_text
 
 ACCEPT = "application/json, text/event-stream"
 # Requests whose target is mirrored in Mcp-Name, and where it comes from.
@@ -174,11 +174,27 @@ def is_modern_error(reply: wire.Message | None) -> bool:
     )
 
 
-def refusal_reply(msg_id: wire.RequestId, status: int, body: bytes | None) -> wire.Message:
+def refusal_reply(
+    msg_id: wire.RequestId, status: int, body: bytes | None, challenge: str | None = None
+) -> wire.Message:
     """The reply a caller sees when the server refused a request with HTTP
     `status`. A JSON-RPC error body is kept (so -32022/-32021/-32020 are seen
-    as such) under the request's id: mcp 1.x answers with the id "server-error"."""
+    as such) under the request's id: mcp 1.x answers with the id "server-error".
+    401/403 are always marked as an authorization refusal, with the server's
+    `WWW-Authenticate` challenge, whatever the body says."""
     error = jsonrpc_error(body)
+    if status in (401, 403):
+        detail = error["error"].get("message") if error is not None else None
+        snippet = (
+            detail
+            if isinstance(detail, str)
+            else (body or b"")[:_SNIPPET].decode("utf-8", "replace").strip()
+        )
+        text = f"Upstream answered HTTP {status}" + (f": {snippet}" if snippet else "")
+        extra = {"wwwAuthenticate": challenge} if challenge else {}
+        return wire.gateway_error(
+            msg_id, wire.INVALID_REQUEST, text, reason=UNAUTHORIZED_REASON, status=status, **extra
+        )
     if error is not None:
         return {**error, "id": msg_id}
     if status in (404, 405):

@@ -29,6 +29,25 @@ _STATUS = {
 }
 
 
+UNAUTHORIZED_REASON = "upstream-unauthorized"
+
+
+def auth_refusal(reply: wire.Message) -> tuple[int, str | None] | None:
+    """(status, WWW-Authenticate) when `reply` is the upstream refusing the
+    credential it was sent (HTTP 401/403), else None. With the client's own
+    Authorization forwarded, that refusal is the client's to see, challenge
+    and all, so an OAuth client can find its authorization server."""
+    error = reply.get("error")
+    data = error.get("data") if isinstance(error, dict) else None
+    if not isinstance(data, dict) or data.get("source") != wire.GATEWAY_SOURCE:
+        return None
+    status = data.get("status")
+    if data.get("reason") != UNAUTHORIZED_REASON or status not in (401, 403):
+        return None
+    challenge = data.get("wwwAuthenticate")
+    return status, challenge if isinstance(challenge, str) else None
+
+
 def status_for(reply: wire.Message) -> int:
     error = reply.get("error")
     if isinstance(error, dict):

@@ -9,6 +9,7 @@ session (Mcp-Session-Id) whose link lives until DELETE or idle expiry.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import time
@@ -118,6 +119,19 @@ class HttpFront:
                     "server": pool.profile.server_info,
                 },
             )
+        elif pool.awaiting_credentials:
+            # Reachable, and it wants the clients' own credentials: the era is
+            # learnt with the first one, so traffic must be let in.
+            await _respond(
+                send,
+                200,
+                {
+                    "status": "ready",
+                    "era": None,
+                    "reason": "the upstream requires authorization; its era is probed "
+                    "with the first client's forwarded credential",
+                },
+            )
         else:
             reason = pool.failure or "upstream era not settled yet"
             await _respond(send, 503, {"status": "not ready", "reason": reason})
@@ -136,11 +150,23 @@ class HttpFront:
             raise HttpError(403, f"Forbidden: origin {origin!r} is not allowed")
 
     def _principal(self, headers: dict[str, str]) -> str:
+        principal = self._token_principal(headers)
+        credential = headers.get("authorization")
+        if self.config.http_forward_authorization and credential:
+            if principal is None:
+                # The upstream judges the credential: each one is a principal
+                # of its own, so no two share a session or a requestState.
+                digest = hashlib.sha256(credential.encode()).hexdigest()[:32]
+                principal = f"credential:{digest}"
+            self.service.pool.remember_credential(principal, credential)
+        # "local": the principal of the session the gateway opens at start-up,
+        # so the first HTTP client does not need a process of its own.
+        return principal or "local"
+
+    def _token_principal(self, headers: dict[str, str]) -> str | None:
         tokens = self.config.http_tokens
         if not tokens:
-            # The same principal as the session the gateway opens at start-up,
-            # so the first HTTP client does not need a process of its own.
-            return "local"
+            return None
         auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() == "bearer":
@@ -352,6 +378,13 @@ class HttpFront:
         if _is_reply_to(first, msg_id):
             extra = extra_headers(first) if extra_headers else []
             status = http_binding.status_for(first) if modern else 200
+            refusal = http_binding.auth_refusal(first)
+            if refusal is not None and self.config.http_forward_authorization:
+                # The client's own credential was refused: its status and
+                # challenge are the client's to see (2025-11-25 authorization).
+                status, challenge = refusal
+                if challenge is not None:
+                    extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
             await _respond(send, status, first, extra)
             return first
         extra = extra_headers(first) if extra_headers else []

@@ -27,13 +27,15 @@ from gateway.runtime.listens import Listens, upstream_subscription
 from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.session_listen import _Stream as SessionListenStream
-from gateway.runtime.upstream_pool import Connector, UpstreamPool, UpstreamUnavailable
+from gateway.runtime.upstream_pool import Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
     PendingCall,
     ProgressRoute,
     UpstreamGone,
     UpstreamSession,
     UpstreamTimeout,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
     failure_reply,
 )
 
@@ -280,7 +282,9 @@ class GatewayService:
                 profile = self.pool.profile
             else:
                 with anyio.fail_after(self.config.startup_timeout):
-                    profile = await self.pool.ready()
+                    profile = await self.pool.ready(link.principal)
+        except UpstreamUnauthorized as exc:
+            return failure_reply(exc, msg_id)
         except (UpstreamUnavailable, TimeoutError) as exc:
             return wire.gateway_error(
                 msg_id,
@@ -336,7 +340,7 @@ class GatewayService:
         try:
             if decision.shape is routing.Shape.TO_LEGACY and _is_unsupported_version(reply):
                 # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
-                profile = await self.pool.rediscover()
+                profile = await self.pool.rediscover(link.principal)
                 redo = self._route(link, msg, profile)
                 if isinstance(redo, routing.Reply):
                     return redo.message

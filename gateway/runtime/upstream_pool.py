@@ -5,6 +5,7 @@ restarts with backoff, and which session serves which request (DESIGN §4,
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -16,7 +17,7 @@ from gateway import era, wire
 from gateway.backs.http_back import HttpConnector
 from gateway.backs.stdio_back import StdioServerProcess
 from gateway.config import Config
-from gateway.core import era_probe, legacy_handshake
+from gateway.core import era_probe, http_binding, legacy_handshake
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.upstream_session import (
     Corker,
@@ -25,6 +26,8 @@ from gateway.runtime.upstream_session import (
     UpstreamGone,
     UpstreamSession,
     UpstreamTimeout,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
 )
 
 log = structlog.get_logger("gateway.pool")
@@ -36,6 +39,13 @@ HEALTHY_SECONDS = 30.0
 
 # Modern servers are stateless: one connection serves every client and principal.
 MODERN_KEY = SessionKey("*", frozenset())
+# With [http] forward_authorization, a principal's credential is kept to open
+# its sessions (never logged or written anywhere); the oldest go first.
+CREDENTIALS_KEPT = 4096
+# ... and each credential has its own connection to a modern server. Those
+# cost the server nothing, so max_sessions (processes, legacy sessions) does
+# not bound them; this does.
+MODERN_CONNECTIONS = 1024
 
 
 class ServerConnection(Protocol):
@@ -55,10 +65,6 @@ class ServerConnection(Protocol):
 
 
 Connector = Callable[[], Awaitable[ServerConnection]]
-
-
-class UpstreamUnavailable(Exception):
-    pass
 
 
 class Contradicted(UpstreamUnavailable):
@@ -85,6 +91,16 @@ class UpstreamPool:
         # one pooled HTTP client, closed with the pool.
         self._http = HttpConnector.from_config(config) if config.upstream_url else None
         self._connect = connect or (self._http.connect if self._http else self._spawn_process)
+        self._forward = config.http_forward_authorization and self._http is not None
+        self._credentials: OrderedDict[str, str] = OrderedDict()
+        # The upstream refused the credential it was probed with; with
+        # forwarding, the next client that brings one is probed with it.
+        self.awaiting_credentials = False
+        self._refusal: UpstreamUnauthorized | None = None
+        # The legacy session opened at start-up until a client uses it: the
+        # first principal that needs a session of its features takes it over,
+        # rather than have it evicted and another started.
+        self._unclaimed: UpstreamSession | None = None
         self._handler = handler
         self._tg: TaskGroup | None = None
         self.era: era.Era | None = None
@@ -114,14 +130,29 @@ class UpstreamPool:
         finally:
             self._ready.set()
 
-    async def _settle_first(self) -> None:
+    async def _settle_first(self, principal: str = "local") -> None:
         self._last_attempt = time.monotonic()
         try:
             with anyio.fail_after(self.config.startup_timeout):
                 async with self._lock:
                     if self.profile is None:
-                        await self._open(self._default_key("local"), first=True)
+                        session = await self._open(self._default_key(principal), first=True)
+                        if self.era is era.Era.LEGACY and not self._forward:
+                            self._unclaimed = session
             self._failure = None
+            self._refusal = None
+            self.awaiting_credentials = False
+        except UpstreamUnauthorized as exc:
+            # Not an outage: the server wants a credential. Forwarding brings
+            # the clients' own (tried with the next one at once); without it,
+            # [upstream] headers must carry one, and retrying will not help.
+            self._failure = f"the upstream refused the gateway's credential: {exc}"
+            self._refusal = exc
+            self.awaiting_credentials = self._forward
+            if not self._forward:
+                self._crashes += 1
+                self._last_crash = time.monotonic()
+            log.error("upstream refused the credential", reason=str(exc))
         except (TimeoutError, UpstreamUnavailable, UpstreamGone, OSError) as exc:
             self._failure = _describe(exc) or "startup timed out"
             self._crashes += 1
@@ -132,15 +163,27 @@ class UpstreamPool:
     def failure(self) -> str | None:
         return self._failure
 
-    async def ready(self) -> UpstreamProfile:
+    async def ready(self, principal: str = "local") -> UpstreamProfile:
         await self._ready.wait()
-        if self.profile is None and self._retry_due():
+        if self.profile is None and (
+            self._retry_due() or (self.awaiting_credentials and principal in self._credentials)
+        ):
             # An outage is never a verdict (DESIGN §4): a sidecar that started
             # before its upstream tries again, at most once per backoff delay.
-            await self._settle_first()
+            await self._settle_first(principal)
         if self.profile is None:
+            if self._refusal is not None:
+                raise UpstreamUnauthorized(self._refusal.reply)
             raise UpstreamUnavailable(self._failure or "upstream never became ready")
         return self.profile
+
+    def remember_credential(self, principal: str, credential: str) -> None:
+        """The Authorization value to forward for `principal` (the HTTP front
+        names principals so that one principal has one credential)."""
+        self._credentials[principal] = credential
+        self._credentials.move_to_end(principal)
+        if len(self._credentials) > CREDENTIALS_KEPT:
+            self._credentials.popitem(last=False)
 
     def _retry_due(self) -> bool:
         cfg = self.config
@@ -187,7 +230,7 @@ class UpstreamPool:
 
     def key_for(self, principal: str, client_caps: dict[str, Any]) -> SessionKey:
         if self.era is era.Era.MODERN:
-            return MODERN_KEY
+            return SessionKey(principal, frozenset()) if self._forward else MODERN_KEY
         if self.config.max_sessions == 1:
             return self._default_key(principal)
         return SessionKey(principal, frozenset(f for f in FEATURES if f in client_caps))
@@ -199,25 +242,49 @@ class UpstreamPool:
     def session_now(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession | None:
         """The live session for a call, if it exists already (the fast path)."""
         session = self.sessions.get(self.key_for(principal, client_caps))
-        return session if session is not None and session.alive else None
+        if session is None or not session.alive:
+            return None
+        if session is self._unclaimed:
+            self._unclaimed = None
+        return session
 
     async def session_for(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession:
         session = self.session_now(principal, client_caps) if self.settled else None
         if session is not None:
             return session
-        await self.ready()
+        await self.ready(principal)
         key = self.key_for(principal, client_caps)
         with anyio.fail_after(self.config.startup_timeout):
             async with self._lock:
                 session = self.sessions.get(key)
                 if session is not None and session.alive:
+                    if session is self._unclaimed:
+                        self._unclaimed = None
                     return session
+                adopted = self._adopt(key)
+                if adopted is not None:
+                    return adopted
                 await self._make_room(key)
                 return await self._open(key, first=False)
 
+    def _adopt(self, key: SessionKey) -> UpstreamSession | None:
+        """The start-up session, re-keyed for `key`, if no client used it yet
+        and it declared exactly `key`'s features (it holds no client's state;
+        with forwarded credentials it holds none of theirs, so never then)."""
+        session, self._unclaimed = self._unclaimed, None
+        if session is None or not session.alive or session.key.features != key.features:
+            return None
+        if self.sessions.get(session.key) is session:
+            del self.sessions[session.key]
+        log.info("start-up session taken over", principal=key.principal)
+        session.key = key
+        self.sessions[key] = session
+        return session
+
     async def _make_room(self, key: SessionKey) -> None:
         live = [s for s in self.sessions.values() if s.alive and s.key != key]
-        if len(live) < self.config.max_sessions:
+        limit = MODERN_CONNECTIONS if self.era is era.Era.MODERN else self.config.max_sessions
+        if len(live) < limit:
             return
         idle = [s for s in live if not s.pending]
         if not idle:
@@ -256,7 +323,7 @@ class UpstreamPool:
             if first or self.era is None:
                 session = await self._settle_era(session, key)
                 if self.era is era.Era.MODERN:
-                    key = MODERN_KEY
+                    key = self.key_for(key.principal, {})
                     session.key = key
         except BaseException:
             await self._retire(session, "failed to open")
@@ -283,8 +350,14 @@ class UpstreamPool:
             cwd=cfg.cwd,
         )
 
+    async def _connect_as(self, principal: str) -> ServerConnection:
+        if self._forward and self._http is not None:
+            credential = self._credentials.get(principal)
+            return await self._http.connect({"Authorization": credential} if credential else None)
+        return await self._connect()
+
     async def _spawn(self, key: SessionKey) -> UpstreamSession:
-        process = await self._connect()
+        process = await self._connect_as(key.principal)
         process.tap = self._tap
         session = UpstreamSession(process, key, label=f"pid {process.pid}")
         self._processes[session] = process
@@ -368,6 +441,7 @@ class UpstreamPool:
             # The reader may not have seen the exit yet: the session is dead either way.
             session.close(exc.reason)
             return era_probe.ProbeVerdict(era.Era.LEGACY, reason=f"died during probe: {exc.reason}")
+        _check_credential(reply)  # a 401 says nothing about the era
         return era_probe.judge(reply)
 
     async def _discover(self, session: UpstreamSession, version: str) -> None:
@@ -406,17 +480,24 @@ class UpstreamPool:
         self, session: UpstreamSession, method: str, params: dict[str, Any]
     ) -> wire.Message:
         try:
-            return await session.call(method, params, timeout=self.config.startup_timeout)
+            reply = await session.call(method, params, timeout=self.config.startup_timeout)
         except (UpstreamGone, UpstreamTimeout) as exc:
             raise UpstreamUnavailable(f"{method} failed: {exc}") from None
+        _check_credential(reply)
+        return reply
 
-    async def rediscover(self) -> UpstreamProfile:
+    async def rediscover(self, principal: str = "*") -> UpstreamProfile:
         """DESIGN §5.2.7: refresh a modern server's profile after a -32022."""
-        session = await self.session_for("*", {})
+        session = await self.session_for(principal, {})
         async with self._lock:
             await self._discover(session, era.NEWEST_MODERN)
         assert self.profile is not None
         return self.profile
+
+
+def _check_credential(reply: wire.Message) -> None:
+    if http_binding.auth_refusal(reply) is not None:
+        raise UpstreamUnauthorized(reply)
 
 
 def _sweep_interval(request_timeout: float) -> float:

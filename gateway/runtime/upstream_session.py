@@ -53,8 +53,23 @@ class UpstreamTimeout(Exception):
     pass
 
 
+class UpstreamUnavailable(Exception):
+    """No session can be had: the upstream is down, busy or unusable."""
+
+
+class UpstreamUnauthorized(UpstreamUnavailable):
+    """The upstream refused the credential it was sent (HTTP 401/403): the
+    refusal itself is kept, for the client whose credential it was."""
+
+    def __init__(self, reply: wire.Message) -> None:
+        super().__init__(reply["error"].get("message", "unauthorized"))
+        self.reply = reply
+
+
 def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Message:
     """The client's answer when its upstream call could not complete."""
+    if isinstance(exc, UpstreamUnauthorized):
+        return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
         return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout")
     return wire.gateway_error(
