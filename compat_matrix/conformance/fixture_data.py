@@ -179,8 +179,8 @@ def export() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    # Regenerate the JSON copy the TS fixtures read (tests check it is in sync):
-    #   python3 compat_matrix/conformance/fixture_data.py > compat_matrix/conformance/fixture_data.json
+    # Regenerate the JSON copy the TS fixtures read (a test checks it is in sync), from
+    # compat_matrix/conformance/: python3 fixture_data.py > fixture_data.json
     import json
     import sys
 

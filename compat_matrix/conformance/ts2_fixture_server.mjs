@@ -395,9 +395,11 @@ function createFixture({ era }) {
         return { messages: [{ role: 'user', content: { type: 'text', text: `Prompt with context: ${context}` } }] };
     });
 
-    // ---- legacy-only: resources/subscribe and unsubscribe answer {} (the 2026-07-28 wire has neither)
+    // ---- resource subscriptions, as py2 advertises them: on the modern wire `resources.subscribe`
+    // means subscriptions/listen takes resourceSubscriptions (the SDK's listen router serves it);
+    // a legacy session gets resources/subscribe and unsubscribe, answered {}.
+    mcp.server.registerCapabilities({ resources: { subscribe: true } });
     if (era === 'legacy') {
-        mcp.server.registerCapabilities({ resources: { subscribe: true } });
         mcp.server.setRequestHandler('resources/subscribe', async () => ({}));
         mcp.server.setRequestHandler('resources/unsubscribe', async () => ({}));
     }
