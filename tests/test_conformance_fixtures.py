@@ -7,7 +7,9 @@ few scenarios that cover each path:
 
 - modern wire: `server-stateless` and MRTR multi-round;
 - legacy push: `tools-call-elicitation`;
-- modern suite against the legacy py1, which must fail.
+- modern suite against the legacy py1, which must fail;
+- the TS 2.x fixture (ts2_fixture_server.mjs): MRTR multi-round on the modern
+  wire and a pushed elicitation in a legacy HTTP session (the SDK's shim).
 """
 
 from __future__ import annotations
@@ -57,6 +59,17 @@ def test_summary_separates_unscored_scenarios(tmp_path: Path) -> None:
     assert "| tasks-lifecycle *(extension)* | 0 | 1 | 1 |" in text
 
 
+def test_fixture_data_json_is_in_sync() -> None:
+    """The TS fixtures read fixture_data.json; it must equal fixture_data.py's export."""
+    from compat_matrix.conformance import fixture_data
+
+    exported = json.loads((REPO / "compat_matrix/conformance/fixture_data.json").read_text())
+    assert exported == fixture_data.export(), (
+        "regenerate: python3 compat_matrix/conformance/fixture_data.py"
+        " > compat_matrix/conformance/fixture_data.json"
+    )
+
+
 @pytest.fixture(scope="module")
 def suite_installed() -> None:
     subprocess.run(["bash", str(REPO / "peers/install_conformance.sh")], check=True, timeout=600)
@@ -94,6 +107,8 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
         ("py2-modern", "input-required-result-multi-round", "2026-07-28", 4),
         ("py2-dual", "tools-call-elicitation", "2025-11-25", 2),
         ("py1", "tools-call-elicitation", "2025-11-25", 2),
+        ("ts2-dual", "input-required-result-multi-round", "2026-07-28", 4),
+        ("ts2-dual", "tools-call-elicitation", "2025-11-25", 2),
     ],
 )
 def test_fixture_passes_scenario(

@@ -171,3 +171,18 @@ def elicitation_summary(answer: dict[str, Any]) -> str:
     import json
 
     return f"action={answer.get('action')}, content={json.dumps(answer.get('content') or {})}"
+
+
+def export() -> dict[str, Any]:
+    """The upper-case constants as plain JSON data (what `fixture_data.json` holds)."""
+    return {k: v for k, v in sorted(globals().items()) if k.isupper() and not k.startswith("_")}
+
+
+if __name__ == "__main__":
+    # Regenerate the JSON copy the TS fixtures read (a test checks it is in sync), from
+    # compat_matrix/conformance/: python3 fixture_data.py > fixture_data.json
+    import json
+    import sys
+
+    json.dump(export(), sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")

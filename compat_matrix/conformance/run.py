@@ -47,6 +47,8 @@ SERVERS: dict[str, list[str]] = {
         "--modern-only",
     ],
     "py1": [str(PEERS / "py1/bin/python"), str(HERE / "py1_fixture_server.py")],
+    "ts2-dual": ["node", str(HERE / "ts2_fixture_server.mjs")],
+    "ts2-modern": ["node", str(HERE / "ts2_fixture_server.mjs"), "--modern-only"],
 }
 COUNTED = ("SUCCESS", "FAILURE", "WARNING", "SKIPPED", "INFO")
 _STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$")

@@ -14,6 +14,7 @@
 #   a-all       modern suite (--suite all, 2026-07-28)  -> gateway -> legacy py1
 #   a-req       --requirements 2026-07-28               -> gateway -> legacy py1
 #   b-req       --requirements 2025-11-25 (legacy)      -> gateway -> modern-only py2
+#   b-req-ts2   --requirements 2025-11-25 (legacy)      -> gateway -> modern-only ts2 (TS SDK 2.x)
 #   a-all-ttl3  a-all with [mrtr] state_ttl = 3 (see GATEWAY.md: an abandoned
 #   a-req-ttl3  a-req   parked call holds the stdio session for state_ttl)
 #   a-all-ms4   a-all-ttl3 with --max-sessions 4 (sessions keyed by the
@@ -31,6 +32,7 @@ LOGS=${GW_LOG_DIR:-$(mktemp -d -t gw-conformance-XXXXXX)}
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-900}
 PY1=("$PEERS/py1/bin/python" compat_matrix/conformance/py1_fixture_server.py)
 PY2M=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --modern-only)
+TS2M=(node compat_matrix/conformance/ts2_fixture_server.mjs --modern-only)
 TTL3=$(mktemp -t gw-ttl3-XXXXXX.toml)
 printf '[mrtr]\nstate_ttl = 3\n' >"$TTL3"
 set -m # background jobs get their own process group: the gateway and its upstream die together
@@ -51,7 +53,7 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# gw_run LABEL UPSTREAM(py1|py2m) "GATEWAY ARGS" RUN.PY ARGS...
+# gw_run LABEL UPSTREAM(py1|py2m|ts2m) "GATEWAY ARGS" RUN.PY ARGS...
 gw_run() {
   local label=$1 upstream=$2 gwargs=$3
   shift 3
@@ -59,6 +61,7 @@ gw_run() {
   port=$(free_port)
   log="$LOGS/$label.gateway.log"
   if [[ $upstream == py1 ]]; then cmd=("${PY1[@]}"); else cmd=("${PY2M[@]}"); fi
+  if [[ $upstream == ts2m ]]; then cmd=("${TS2M[@]}"); fi
   # shellcheck disable=SC2086  # gwargs is a list of words
   "$PY" -m gateway --listen "127.0.0.1:$port" --log-level info $gwargs -- "${cmd[@]}" >"$log" 2>&1 &
   gw_pid=$!
@@ -89,6 +92,7 @@ run_one() {
     a-all) gw_run gw-py1-all-2026-07-28 py1 "" --suite all --spec-version 2026-07-28 ;;
     a-req) gw_run gw-py1-req-2026-07-28 py1 "" --requirements 2026-07-28 ;;
     b-req) gw_run gw-py2-modern-req-2025-11-25 py2m "" --requirements 2025-11-25 ;;
+    b-req-ts2) gw_run gw-ts2-modern-req-2025-11-25 ts2m "" --requirements 2025-11-25 ;;
     a-all-ttl3) gw_run gw-py1-all-2026-07-28-ttl3 py1 "--config $TTL3" --suite all --spec-version 2026-07-28 ;;
     a-req-ttl3) gw_run gw-py1-req-2026-07-28-ttl3 py1 "--config $TTL3" --requirements 2026-07-28 ;;
     a-all-ms4) gw_run gw-py1-all-2026-07-28-ttl3-ms4 py1 "--config $TTL3 --max-sessions 4" --suite all --spec-version 2026-07-28 ;;
