@@ -138,3 +138,51 @@ def test_modern_suite_against_legacy_py1_fails(tmp_path: Path) -> None:
     assert code == 1
     failing = summary["scenarios"]["tools-call-simple-text"]["not_passing"]
     assert any("Missing session ID" in c["message"] for c in failing)
+
+
+# -- the REPORT.md section (compat_matrix/conformance/report.py) ------------------
+
+
+def _recorded(root: Path, label: str, not_passing: list[dict[str, Any]]) -> None:
+    failures = sum(1 for c in not_passing if c["status"] == "FAILURE")
+    summary = {
+        "totals": {"SUCCESS": 10, "FAILURE": failures, "WARNING": 0, "SKIPPED": 0, "INFO": 0},
+        "unscored_totals": {"SUCCESS": 0, "FAILURE": 0, "WARNING": 0, "SKIPPED": 0, "INFO": 0},
+        "scenarios": {
+            "tools-list": {"counts": {}, "ok": True, "not_passing": [], "unscored": None},
+            "mrtr": {"counts": {}, "ok": False, "not_passing": not_passing, "unscored": None},
+        },
+    }
+    (root / f"{label}.json").write_text(json.dumps(summary))
+
+
+def test_report_section_names_every_unexplained_check(tmp_path: Path) -> None:
+    from compat_matrix.conformance import report
+
+    reasons = tmp_path / "reasons.toml"
+    reasons.write_text(
+        '[[reason]]\ncheck = "known"\nruns = ["gw-py1-*"]\nkind = "principled"\nwhy = "because"\n'
+    )
+    bad = [
+        {"id": "known", "status": "FAILURE", "message": "m1"},
+        {"id": "novel", "status": "WARNING", "message": "something new"},
+    ]
+    _recorded(tmp_path, "gw-py1-all-2026-07-28", bad)
+    _recorded(tmp_path, "py2-dual-all-2026-07-28", [])
+    text = report.section(tmp_path, reasons)
+    assert "| **10 / 1 / 0** |" in text
+    assert "| principled | because |" in text
+    assert "**UNEXPLAINED** | something new |" in text
+    assert "**1 of 2 non-passing checks have no written reason.**" in text
+    # A reason for another run does not explain this one.
+    _recorded(tmp_path, "gw-ts2-modern-req-2025-11-25", [bad[0]])
+    assert "**2 of 3 non-passing checks" in report.section(tmp_path, reasons)
+
+
+def test_every_recorded_gateway_failure_has_a_written_reason() -> None:
+    """compat_matrix/REPORT.md may list a check the gateway cannot pass only
+    with its reason (issue #4): a newly recorded failure needs one."""
+    from compat_matrix.conformance import report
+
+    text = report.section()
+    assert "UNEXPLAINED" not in text, text

@@ -19,6 +19,11 @@ runs=(
   "py2-modern req 2025-11-25"
   "py1 all 2026-07-28"
   "py1 req 2025-11-25"
+  "ts2-dual all 2026-07-28"
+  "ts2-dual req 2026-07-28"
+  "ts2-dual req 2025-11-25"
+  "ts2-modern all 2026-07-28"
+  "ts2-modern req 2025-11-25"
 )
 labels=()
 for r in "${runs[@]}"; do

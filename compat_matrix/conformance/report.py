@@ -1,0 +1,220 @@
+"""The conformance section of compat_matrix/REPORT.md.
+
+It reads the recorded runs in `results/` (written by run.py: the gateway runs
+by through_gateway.sh, the direct ones by baseline.sh) and reasons.toml, and
+compares each gateway run with the same upstream reached directly and with a
+dual-era server of the same SDK (the baseline a gateway should reach). Every
+scored check that does not pass through the gateway is listed with its written
+reason, or as UNEXPLAINED.
+
+    python3 compat_matrix/conformance/report.py    # print the section
+
+Standard library only, like run.py.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+REASONS = HERE / "reasons.toml"
+
+
+@dataclass(frozen=True)
+class GatewayRun:
+    label: str  # results/<label>.json
+    suite: str
+    upstream: str
+    direct: str | None  # the same upstream without the gateway
+    baseline: str  # a dual-era server of the same SDK, direct
+
+
+MODERN_ALL = "modern: `--suite all --spec-version 2026-07-28`"
+MODERN_REQ = "modern: `--requirements 2026-07-28`"
+LEGACY_REQ = "legacy: `--requirements 2025-11-25`"
+RUNS = (
+    GatewayRun(
+        "gw-py1-all-2026-07-28",
+        MODERN_ALL,
+        "legacy mcp 1.30 FastMCP (`py1`)",
+        "py1-all-2026-07-28",
+        "py2-dual-all-2026-07-28",
+    ),
+    GatewayRun(
+        "gw-py1-req-2026-07-28",
+        MODERN_REQ,
+        "legacy mcp 1.30 FastMCP (`py1`)",
+        None,
+        "py2-dual-req-2026-07-28",
+    ),
+    GatewayRun(
+        "gw-ts1-all-2026-07-28",
+        MODERN_ALL,
+        "legacy TS SDK 1.32 (`ts1`)",
+        "ts1-all-2026-07-28",
+        "ts2-dual-all-2026-07-28",
+    ),
+    GatewayRun(
+        "gw-ts1-req-2026-07-28",
+        MODERN_REQ,
+        "legacy TS SDK 1.32 (`ts1`)",
+        None,
+        "ts2-dual-req-2026-07-28",
+    ),
+    GatewayRun(
+        "gw-py2-modern-req-2025-11-25",
+        LEGACY_REQ,
+        "modern-only mcp 2.3 (`py2-modern`)",
+        "py2-modern-req-2025-11-25",
+        "py2-dual-req-2025-11-25",
+    ),
+    GatewayRun(
+        "gw-ts2-modern-req-2025-11-25",
+        LEGACY_REQ,
+        "modern-only TS SDK 2.4 (`ts2-modern`)",
+        "ts2-modern-req-2025-11-25",
+        "ts2-dual-req-2025-11-25",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Reason:
+    check: str
+    runs: tuple[str, ...]
+    kind: str
+    why: str
+
+    def covers(self, check: str, label: str) -> bool:
+        return check == self.check and any(fnmatch.fnmatchcase(label, p) for p in self.runs)
+
+
+def load_reasons(path: Path = REASONS) -> list[Reason]:
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    reasons = []
+    for entry in raw.get("reason", []):
+        kind = entry["kind"]
+        if kind not in ("principled", "upstream", "policy"):
+            raise ValueError(f"{path}: unknown kind {kind!r} for {entry['check']}")
+        why = " ".join(str(entry["why"]).split())
+        reasons.append(Reason(entry["check"], tuple(entry["runs"]), kind, why))
+    return reasons
+
+
+def load_run(label: str, results: Path = RESULTS) -> dict[str, Any] | None:
+    path = results / f"{label}.json"
+    if not path.exists():
+        return None
+    summary: dict[str, Any] = json.loads(path.read_text())
+    return summary
+
+
+def _counts(summary: dict[str, Any] | None) -> str:
+    if summary is None:
+        return "not recorded"
+    t = summary["totals"]
+    return f"{t['SUCCESS']} / {t['FAILURE']} / {t['WARNING']}"
+
+
+def not_passing(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(scenario, check) for every scored FAILURE or WARNING."""
+    return [
+        (name, check)
+        for name, scenario in summary["scenarios"].items()
+        if not scenario["unscored"]
+        for check in scenario["not_passing"]
+    ]
+
+
+def section(results: Path = RESULTS, reasons_file: Path = REASONS) -> str:
+    reasons = load_reasons(reasons_file)
+    lines = [
+        "## Conformance suite through the gateway",
+        "",
+        "The official suite (`@modelcontextprotocol/conformance@0.2.0-alpha.12`, server mode, "
+        "Streamable HTTP) against the gateway's HTTP front, with a fixture server behind it "
+        "on stdio (`compat_matrix/conformance/`: fixtures, runner, per-check tables). "
+        "Reproduce with `bash compat_matrix/conformance/through_gateway.sh` (gateway runs) and "
+        "`bash compat_matrix/conformance/baseline.sh` (direct runs); "
+        "this section is written from their recorded results by "
+        "`compat_matrix/conformance/report.py`.",
+        "",
+        "Scored checks, pass / fail / warn. *That upstream direct* is the same server "
+        "without the gateway (a cross-era pair: it fails). *Dual-era baseline* is a "
+        "dual-era server of the same SDK family reached directly: what a client of that era "
+        "gets from a server that speaks it natively.",
+        "",
+        "| suite | upstream | through the gateway | that upstream direct | dual-era baseline |",
+        "|---|---|---|---|---|",
+    ]
+    rows: list[tuple[GatewayRun, dict[str, Any]]] = []
+    for run in RUNS:
+        summary = load_run(run.label, results)
+        if summary is None:
+            continue
+        rows.append((run, summary))
+        direct = _counts(load_run(run.direct, results)) if run.direct else "-"
+        baseline = load_run(run.baseline, results)
+        base = f"{_counts(baseline)} (`{run.baseline}`)"
+        lines.append(
+            f"| {run.suite} | {run.upstream} | **{_counts(summary)}** | {direct} | {base} |"
+        )
+    unscored = [
+        (run, s["unscored_totals"]) for run, s in rows if any(s["unscored_totals"].values())
+    ]
+    if unscored:
+        lines.append("")
+        for run, u in unscored:
+            lines.append(
+                f"- `{run.label}`, not scored by the suite (the tasks extension, which "
+                f"DESIGN §5.4 leaves out across eras, and pending scenarios): "
+                f"{u['SUCCESS']} pass / {u['FAILURE']} fail / {u['WARNING']} warn."
+            )
+    table = [
+        "",
+        "### Every scored check that does not pass through the gateway",
+        "",
+        "| run | scenario / check | status | kind | why |",
+        "|---|---|---|---|---|",
+    ]
+    unexplained = 0
+    total = 0
+    for run, summary in rows:
+        for scenario, check in not_passing(summary):
+            total += 1
+            reason = next((r for r in reasons if r.covers(check["id"], run.label)), None)
+            if reason is None:
+                unexplained += 1
+                kind, why = "**UNEXPLAINED**", " ".join(str(check["message"]).split())[:300]
+            else:
+                kind, why = reason.kind, reason.why
+            table.append(
+                f"| `{run.label}` | {scenario} / `{check['id']}` | {check['status']} "
+                f"| {kind} | {why} |"
+            )
+    lines += table if total else ["", "Every scored check passes through the gateway."]
+    lines.append("")
+    if unexplained:
+        lines.append(f"- **{unexplained} of {total} non-passing checks have no written reason.**")
+    elif total:
+        lines.append(
+            f"- All {total} non-passing checks have a written reason "
+            "(`compat_matrix/conformance/reasons.toml`)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    sys.stdout.write(section())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
