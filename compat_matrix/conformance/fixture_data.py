@@ -171,3 +171,26 @@ def elicitation_summary(answer: dict[str, Any]) -> str:
     import json
 
     return f"action={answer.get('action')}, content={json.dumps(answer.get('content') or {})}"
+
+
+def export() -> dict[str, Any]:
+    """Every public constant above, for the fixtures not written in Python.
+
+    `fixture_data.json` is this, written by `python3 fixture_data.py --json`;
+    ts1_fixture_server.mjs reads it, and tests/test_conformance_fixtures.py
+    checks that it is in sync.
+    """
+    return {
+        name: value
+        for name, value in globals().items()
+        if name.isupper() and not name.startswith("_")
+    }
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    if sys.argv[1:] != ["--json"]:
+        sys.exit("usage: python3 fixture_data.py --json > fixture_data.json")
+    print(json.dumps(export(), indent=2, sort_keys=True))
