@@ -6,10 +6,14 @@ peers/install_conformance.sh; idempotent) against the fixture servers for a
 few scenarios that cover each path:
 
 - modern wire: `server-stateless` and MRTR multi-round;
-- legacy push: `tools-call-elicitation`;
+- legacy push: `tools-call-elicitation` (py2, py1 and the TS 1.x ts1);
 - modern suite against the legacy py1, which must fail;
 - the TS 2.x fixture (ts2_fixture_server.mjs): MRTR multi-round on the modern
   wire and a pushed elicitation in a legacy HTTP session (the SDK's shim).
+
+The TS fixtures read fixture_data.json, the JSON export of fixture_data.py:
+one test keeps the two in sync, another checks that ts1 lists the same tools,
+prompts and resources as py1.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from compat_matrix.conformance import fixture_data
 from compat_matrix.conformance import run as conformance
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,10 +66,9 @@ def test_summary_separates_unscored_scenarios(tmp_path: Path) -> None:
 
 def test_fixture_data_json_is_in_sync() -> None:
     """The TS fixtures read fixture_data.json; it must equal fixture_data.py's export."""
-    from compat_matrix.conformance import fixture_data
 
     exported = json.loads((REPO / "compat_matrix/conformance/fixture_data.json").read_text())
-    assert exported == fixture_data.export(), (
+    assert exported == json.loads(json.dumps(fixture_data.export())), (
         "regenerate: python3 compat_matrix/conformance/fixture_data.py"
         " > compat_matrix/conformance/fixture_data.json"
     )
@@ -109,6 +113,8 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
         ("py1", "tools-call-elicitation", "2025-11-25", 2),
         ("ts2-dual", "input-required-result-multi-round", "2026-07-28", 4),
         ("ts2-dual", "tools-call-elicitation", "2025-11-25", 2),
+        ("ts1", "tools-call-elicitation", "2025-11-25", 2),
+        ("ts1", "elicitation-sep1330-enums", "2025-11-25", 5),
     ],
 )
 def test_fixture_passes_scenario(
@@ -186,3 +192,68 @@ def test_every_recorded_gateway_failure_has_a_written_reason() -> None:
 
     text = report.section()
     assert "UNEXPLAINED" not in text, text
+
+
+def _stdio_listings(command: list[str]) -> dict[str, Any]:
+    """initialize, then the four lists over stdio, each reduced to what the suite relies on."""
+    lists = ["tools/list", "prompts/list", "resources/list", "resources/templates/list"]
+    init = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    }
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *({"jsonrpc": "2.0", "id": i, "method": m} for i, m in enumerate(lists, 1)),
+    ]
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines))
+        proc.stdin.flush()
+        results: dict[int, Any] = {}
+        while len(results) < len(lists) + 1:
+            message = json.loads(proc.stdout.readline())
+            results[message["id"]] = message["result"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    tools = {
+        t["name"]: (
+            sorted(t["inputSchema"].get("properties", {})),
+            t["inputSchema"].get("required", []),
+        )
+        for t in results[1]["tools"]
+    }
+    prompts = {
+        p["name"]: sorted((a["name"], bool(a.get("required"))) for a in p.get("arguments") or [])
+        for p in results[2]["prompts"]
+    }
+    return {
+        "tools": tools,
+        "prompts": prompts,
+        "resources": sorted(
+            (r["uri"], r["name"], r.get("mimeType")) for r in results[3]["resources"]
+        ),
+        "templates": sorted(t["uriTemplate"] for t in results[4]["resourceTemplates"]),
+        "header_param": next(
+            t["inputSchema"]["properties"]["region"].get("x-mcp-header")
+            for t in results[1]["tools"]
+            if t["name"] == "test_header_param"
+        ),
+    }
+
+
+@pytest.mark.peers
+def test_ts1_lists_what_py1_lists() -> None:
+    ts1 = _stdio_listings(conformance.SERVERS["ts1"])
+    py1 = _stdio_listings(conformance.SERVERS["py1"])
+    assert ts1 == py1
+    assert ts1["header_param"] == "Region"

