@@ -57,6 +57,20 @@ def test_modern_to_legacy_strips_protocol_keys_only() -> None:
     assert d.client_capabilities == {"sampling": {}}
 
 
+def test_modern_to_legacy_drops_the_legacy_task_field_only() -> None:
+    """2025-11-25 "Task-augmented requests": `params.task` makes the call a task,
+    which no modern client can follow across eras (DESIGN §5.4); 2026-07-28 has
+    no such field. Other unknown fields pass (DESIGN §5.1.2)."""
+    msg = modern("tools/call", name="t", task={"ttl": 60000}, **{"x-vendor": 1})
+    d = routing.route_request(msg, None, LEGACY, HINT)
+    assert isinstance(d, routing.Forward)
+    assert d.params is not None and "task" not in d.params
+    assert d.params["x-vendor"] == 1 and d.params["name"] == "t"
+    # A modern server gets the request as sent.
+    same = routing.route_request(msg, None, MODERN, HINT)
+    assert isinstance(same, routing.Forward) and same.params == msg["params"]
+
+
 def test_modern_discover_is_answered_from_the_legacy_session() -> None:
     d = routing.route_request(modern("server/discover"), None, LEGACY, HINT)
     assert isinstance(d, routing.Reply)

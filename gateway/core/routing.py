@@ -172,7 +172,7 @@ def _route_modern(
         # 1.x says -32602), and task methods have no cross-era mapping (DESIGN §5.4).
         return _method_not_found(msg_id, method, "not served to modern clients of a legacy server")
     return Forward(
-        method, translate.strip_modern_meta(params), Shape.TO_MODERN, era.Era.MODERN, caps, level
+        method, translate.params_to_legacy(params), Shape.TO_MODERN, era.Era.MODERN, caps, level
     )
 
 
