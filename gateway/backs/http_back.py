@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-import httpx
 import orjson
 import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
 from gateway.backs import http_wire
+from gateway.backs.http_client import HttpClient, HttpClientError, Response, Timeout
 from gateway.backs.http_wire import HeaderParam, SseParser
 
 log = structlog.get_logger("gateway.backs.http")
@@ -70,7 +70,7 @@ class _Refused:
 class HttpServerConnection:
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         url: str,
         *,
         connect_timeout: float,
@@ -93,8 +93,10 @@ class HttpServerConnection:
         }
         # Requests stay open as long as the session's own bounds allow (a call
         # can be parked for an MRTR round): only connecting is bounded here.
-        self._stream_timeout = httpx.Timeout(connect_timeout, read=None, pool=connect_timeout)
-        self._short_timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self._stream_timeout = Timeout(connect=connect_timeout, read=None, write=connect_timeout)
+        self._short_timeout = Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout
+        )
         self._read_timeout = read_timeout
         self._max_bytes = max_bytes
         self._ready: deque[wire.Message] = deque()
@@ -199,7 +201,7 @@ class HttpServerConnection:
             self._backlog.append((fn, args))
 
     async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-        """A bug or an odd input (say, a header value httpx cannot encode) in
+        """A bug or an odd input (say, a header value HTTP cannot carry) in
         one exchange must not take the whole task group, and the gateway, down."""
         try:
             await fn(*args)
@@ -338,10 +340,10 @@ class HttpServerConnection:
                     http_wire.refusal_reply(msg_id, resp.status_code, body, challenge),
                     resp.status_code,
                 )
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+        except HttpClientError as exc:
             return _Refused(http_wire.failure_reply(msg_id, _describe(exc)), None)
 
-    def _take_session(self, msg: wire.Message, resp: httpx.Response) -> None:
+    def _take_session(self, msg: wire.Message, resp: Response) -> None:
         """2025-11-25 "Session Management": the session id comes with the
         InitializeResult. mcp 1.x sets one on refusals too: only this one counts."""
         if msg["method"] == "initialize" and not era.is_modern(msg):
@@ -350,7 +352,7 @@ class HttpServerConnection:
                 self.session_id = session_id
 
     async def _read_answer(
-        self, msg_id: wire.RequestId, resp: httpx.Response, deliver: Deliver
+        self, msg_id: wire.RequestId, resp: Response, deliver: Deliver
     ) -> _Refused | None:
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
@@ -379,7 +381,7 @@ class HttpServerConnection:
         return _Refused(http_wire.failure_reply(msg_id, "body holds no reply"), None)
 
     async def _read_events(
-        self, resp: httpx.Response, deliver: Deliver, until: wire.RequestId | None = None
+        self, resp: Response, deliver: Deliver, until: wire.RequestId | None = None
     ) -> bool:
         """Deliver each message of an SSE stream; True once the reply to
         `until` came."""
@@ -424,7 +426,7 @@ class HttpServerConnection:
             log.warning("upstream sent a non-MCP message", reason=exc.reason)
             return None
 
-    async def _read_body(self, resp: httpx.Response) -> bytes | None:
+    async def _read_body(self, resp: Response) -> bytes | None:
         """The body, or None if it is over the message size limit (or breaks)."""
         chunks: list[bytes] = []
         size = 0
@@ -435,7 +437,7 @@ class HttpServerConnection:
                     log.warning("upstream HTTP body over the size limit dropped", size=size)
                     return None
                 chunks.append(chunk)
-        except (httpx.HTTPError, httpx.StreamError):
+        except HttpClientError:
             return None
         return b"".join(chunks)
 
@@ -509,7 +511,7 @@ class HttpServerConnection:
                 timeout=self._short_timeout,
             ) as resp:
                 body = await self._read_body(resp)
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+        except HttpClientError as exc:
             log.warning("upstream POST failed", what=_what(msg), error=_describe(exc))
             return
         if resp.status_code == 404 and "Mcp-Session-Id" in headers:
@@ -556,7 +558,7 @@ class HttpServerConnection:
                                 if event.retry is not None:
                                     delay = event.retry / 1000
                                 self._handle_event(event, self._push, None)
-            except (httpx.HTTPError, httpx.StreamError) as exc:
+            except HttpClientError as exc:
                 log.debug("upstream GET stream broke", error=_describe(exc))
             await anyio.sleep(delay)
             delay = min(delay * 2, _GET_RETRY_MAX)
@@ -567,8 +569,10 @@ class HttpServerConnection:
         headers = self._headers({})
         headers.pop("Content-Type", None)
         try:
-            await self._client.delete(self.url, headers=headers, timeout=self._short_timeout)
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+            await self._client.request(
+                "DELETE", self.url, headers=headers, timeout=self._short_timeout
+            )
+        except HttpClientError as exc:
             log.debug("upstream session DELETE failed", error=_describe(exc))
 
     # -- the deprecated HTTP+SSE transport (2024-11-05) ------------------------------
@@ -619,7 +623,7 @@ class HttpServerConnection:
                             found.set()
                         else:
                             self._handle_event(event, self._deliver_sse, None)
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+        except HttpClientError as exc:
             log.warning("upstream HTTP+SSE stream broke", error=_describe(exc))
         finally:
             found.set()
@@ -671,7 +675,7 @@ class HttpConnector:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_bytes = max_bytes
-        self._client: httpx.AsyncClient | None = None
+        self._client: HttpClient | None = None
 
     @classmethod
     def from_config(cls, config: HttpSettings) -> HttpConnector:
@@ -694,10 +698,7 @@ class HttpConnector:
         if self._client is None:
             # HTTP/1.1 keep-alive; no connection cap, since each in-flight call
             # holds one and calls are bounded upstream of here.
-            self._client = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
-                follow_redirects=True,
-            )
+            self._client = HttpClient(max_idle=32)
         connection = HttpServerConnection(
             self._client,
             self.url,

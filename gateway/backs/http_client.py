@@ -1,0 +1,336 @@
+"""The HTTP back's HTTP/1.1 client: keep-alive connections over anyio, the
+protocol itself done by h11.
+
+Why not httpx: measured on the benchmark machine, one MCP POST through
+httpx.AsyncClient cost ~1.4 ms of CPU against ~0.35 ms for the same exchange
+written as one h11 request in a single send, and that hop decided the HTTP ↔
+HTTP figures (bench/RESULTS-http.md). What the back needs is small: POST and
+GET with streamed bodies (SSE), DELETE, keep-alive per origin, TLS, redirects,
+bounded connect and write waits. h11 (the state machine httpcore and uvicorn
+use) does the parsing and framing, so nothing here reads HTTP by hand.
+"""
+
+from __future__ import annotations
+
+import select
+import ssl
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urljoin, urlsplit
+
+import anyio
+import anyio.abc
+import h11
+
+_READ_SIZE = 65536
+_MAX_HEADER_BYTES = 64 * 1024
+_MAX_REDIRECTS = 5
+# A redirect that keeps the method and body; 301/302/303 turn a request into a
+# bodiless GET (RFC 9110 §15.4), which an MCP POST cannot survive.
+_SAME_METHOD = (307, 308)
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class HttpClientError(Exception):
+    """The exchange failed below HTTP: connect, TLS, a broken stream, a
+    timeout, or a peer that does not speak HTTP/1.1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeout:
+    connect: float  # establishing a connection (TCP + TLS)
+    read: float | None  # the wait for each piece of the response; None: unbounded
+    write: float  # sending the request
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> tuple[_Origin, str, str]:
+        """(origin, Host header value, request target) of an absolute URL."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise HttpClientError(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(parts.scheme, parts.hostname, port), parts.netloc, target
+
+
+class Response:
+    """Status and headers at once; the body as it arrives (`aiter_bytes`)."""
+
+    def __init__(self, status: int, headers: dict[str, str], body: AsyncIterator[bytes]) -> None:
+        self.status_code = status
+        self.headers = headers  # lower-case names
+        self._body = body
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return self._body
+
+    async def aread(self) -> bytes:
+        return b"".join([chunk async for chunk in self._body])
+
+
+class _Connection:
+    """One keep-alive connection: one request at a time, in h11's cycle."""
+
+    def __init__(self, origin: _Origin, stream: anyio.abc.ByteStream) -> None:
+        self.origin = origin
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEADER_BYTES)
+        self.used = False  # has served a request: may have gone stale while idle
+        self.answered = False  # a byte of the current response has arrived
+
+    def reusable(self) -> bool:
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+
+    def stale(self) -> bool:
+        """An idle connection the server closed (or wrote to) meanwhile."""
+        sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        if sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    async def receive_event(self, read_timeout: float | None) -> h11.Event | type[h11.PAUSED]:
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return cast("h11.Event | type[h11.PAUSED]", event)
+            with anyio.fail_after(read_timeout):
+                try:
+                    data = await self.stream.receive(_READ_SIZE)
+                except (anyio.EndOfStream, anyio.IncompleteRead):
+                    if not self.answered:
+                        raise anyio.EndOfStream from None  # closed without a word
+                    data = b""
+            self.answered = True
+            self.h11.receive_data(data)
+
+    async def aclose(self) -> None:
+        await anyio.aclose_forcefully(self.stream)
+
+
+class HttpClient:
+    """Keep-alive HTTP/1.1 connections per origin, reused most recent first."""
+
+    def __init__(self, *, max_idle: int = 32, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._idle: dict[_Origin, deque[_Connection]] = {}
+        self._max_idle = max_idle
+        self._ssl = ssl_context
+        self._closed = False
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                await connection.aclose()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes = b"",
+        timeout: Timeout,
+    ) -> Response:
+        """The whole exchange; the response's body is read."""
+        async with self.stream(method, url, headers=headers, content=content, timeout=timeout) as r:
+            body = await r.aread()
+
+        async def replay() -> AsyncIterator[bytes]:
+            yield body
+
+        return Response(r.status_code, r.headers, replay())
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes = b"",
+        timeout: Timeout,
+    ) -> AsyncIterator[Response]:
+        """Send the request; yield the response with its body unread. Leaving
+        the block early (or by an error) closes the connection rather than
+        return it half-read to the pool."""
+        for _ in range(_MAX_REDIRECTS + 1):
+            connection, status, response_headers = await self._send(
+                method, url, headers, content, timeout
+            )
+            location = response_headers.get("location")
+            follow = (
+                status in _REDIRECTS
+                and location
+                and (status in _SAME_METHOD or method in ("GET", "DELETE"))
+            )
+            if not follow:
+                break
+            await self._drain(connection, timeout.read)
+            url = urljoin(url, location)
+        else:
+            raise HttpClientError(f"more than {_MAX_REDIRECTS} redirects")
+        done = False
+
+        async def body() -> AsyncGenerator[bytes, None]:
+            nonlocal done
+            while True:
+                try:
+                    event = await connection.receive_event(timeout.read)
+                except TimeoutError:
+                    raise HttpClientError("the upstream stopped sending mid-body") from None
+                except (OSError, anyio.BrokenResourceError, h11.ProtocolError) as exc:
+                    raise HttpClientError(_describe(exc)) from None
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    done = True
+                    return
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise HttpClientError("the upstream closed the connection mid-body")
+
+        chunks = body()
+        try:
+            yield Response(status, response_headers, chunks)
+        finally:
+            await chunks.aclose()
+            if done and not self._closed and connection.reusable():
+                connection.h11.start_next_cycle()
+                await self._release(connection)
+            else:
+                await connection.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        content: bytes,
+        timeout: Timeout,
+    ) -> tuple[_Connection, int, dict[str, str]]:
+        origin, host, target = _Origin.of(url)
+        fields = [("Host", host), *headers.items()]
+        if content or method in ("POST", "PUT", "PATCH"):
+            fields.append(("Content-Length", str(len(content))))
+        while True:  # a stale pooled connection is replaced once; a fresh one is final
+            connection = await self._acquire(origin, timeout.connect)
+            reused = connection.used
+            connection.used = True
+            connection.answered = False
+            try:
+                try:
+                    data = connection.h11.send(
+                        h11.Request(method=method, target=target, headers=fields)
+                    )
+                    if content:
+                        data += connection.h11.send(h11.Data(data=content))
+                    data += connection.h11.send(h11.EndOfMessage())
+                except h11.LocalProtocolError as exc:
+                    raise HttpClientError(f"cannot send this request: {exc}") from None
+                with anyio.fail_after(timeout.write):
+                    await connection.stream.send(data or b"")
+                while True:
+                    event = await connection.receive_event(timeout.read)
+                    if isinstance(event, h11.Response):
+                        return connection, event.status_code, _headers(event.headers)
+                    if isinstance(event, h11.ConnectionClosed):
+                        raise anyio.EndOfStream
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError) as exc:
+                await connection.aclose()
+                if reused:
+                    # The server dropped the idle connection as we wrote on
+                    # it: nothing of the request was answered, so it is sent
+                    # again on a new connection (httpcore does the same).
+                    continue
+                raise HttpClientError(_describe(exc) or "connection closed") from None
+            except TimeoutError:
+                await connection.aclose()
+                raise HttpClientError("timed out waiting for the upstream") from None
+            except (OSError, h11.ProtocolError, ssl.SSLError) as exc:
+                await connection.aclose()
+                raise HttpClientError(_describe(exc)) from None
+            except BaseException:
+                await connection.aclose()
+                raise
+
+    async def _drain(self, connection: _Connection, read_timeout: float | None) -> None:
+        """Read a redirect's body so the connection can serve the next hop."""
+        try:
+            while not isinstance(
+                await connection.receive_event(read_timeout),
+                h11.EndOfMessage | h11.ConnectionClosed,
+            ):
+                pass
+        except (OSError, TimeoutError, anyio.BrokenResourceError, h11.ProtocolError):
+            await connection.aclose()
+            return
+        if connection.reusable():
+            connection.h11.start_next_cycle()
+            await self._release(connection)
+        else:
+            await connection.aclose()
+
+    async def _acquire(self, origin: _Origin, connect_timeout: float) -> _Connection:
+        idle = self._idle.get(origin)
+        while idle:
+            connection = idle.pop()
+            if not connection.stale():
+                return connection
+            await connection.aclose()
+        if self._closed:
+            raise HttpClientError("the client is closed")
+        try:
+            with anyio.fail_after(connect_timeout):
+                if origin.scheme == "https":
+                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                        origin.host,
+                        origin.port,
+                        ssl_context=self._ssl or ssl.create_default_context(),
+                        tls=True,
+                        tls_hostname=origin.host,
+                    )
+                else:
+                    stream = await anyio.connect_tcp(origin.host, origin.port)
+        except TimeoutError:
+            raise HttpClientError(f"connecting to {origin.host}:{origin.port} timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise HttpClientError(_describe(exc)) from None
+        return _Connection(origin, stream)
+
+    async def _release(self, connection: _Connection) -> None:
+        idle = self._idle.setdefault(connection.origin, deque())
+        idle.append(connection)
+        if len(idle) > self._max_idle:
+            await idle.popleft().aclose()
+
+
+def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Lower-case names; a repeated field's values joined by ", " (RFC 9110 §5.3)."""
+    out: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
