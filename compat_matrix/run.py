@@ -19,10 +19,12 @@ on the cell's front (client ↔ gateway) and back (gateway ↔ server) transport
                  the server's URL; gateway: `gateway --listen ... --upstream URL`
                  and the client connects to the gateway's URL.
 
-The MRTR clients get the cell's feature (`--feature F`) and each
-cell is judged on that feature's steps of the client's report; when all four
-MRTR cells of one client x server pair and route are planned, one client run
-with `--feature all` serves them (`--separate-features` runs one per cell).
+Every client gets the cell's feature (`--feature F`). A basic or
+notifications run is judged on the client's whole report, and a notifications
+run must also contain the client's `notifications: ` steps. An MRTR client's
+run is judged on that feature's steps of its report; when all four MRTR cells
+of one client x server pair and route are planned, one client run with
+`--feature all` serves them (`--separate-features` runs one per cell).
 Each client run has a hard timeout, runs in its own process group and is
 tagged through its environment, so everything it started (including upstream
 servers that the gateway put in sessions of their own) is found and killed at
@@ -88,10 +90,13 @@ FEATURES = (
     "notifications",
 )
 # The features the MRTR fixture clients check, one tools/call each; `--feature all`
-# is exactly these four. elicitation-url-required (the -32042 path) is a client
-# option that no cell has: tests run it with `find_run(..., feature_arg=...)`.
+# is exactly these four (the other clients check `basic` or `notifications`).
+# elicitation-url-required (the -32042 path) is a client option that no cell
+# has: tests run it with `find_run(..., feature_arg=...)`.
 MRTR_FEATURES = ("elicitation-form", "elicitation-url", "sampling", "roots")
 URL_REQUIRED = "elicitation-url-required"
+# The steps of a client's notifications check start with this.
+NOTIFY_STEP = "notifications: "
 OUTCOMES = ("works", "fails", "n/a")
 STATUSES = ("ready", "not yet")
 # Set in every run's environment; the fixture clients hand their whole
@@ -127,8 +132,13 @@ class Peer:
 
     @property
     def takes_feature(self) -> bool:
-        """An MRTR fixture client: its command has a {feature} placeholder."""
+        """Its command has a {feature} placeholder: it is told what to check."""
         return "{feature}" in self.command
+
+    @property
+    def mrtr(self) -> bool:
+        """An MRTR fixture client: judged per feature on its report's steps."""
+        return bool(set(self.features) & set(MRTR_FEATURES))
 
 
 @dataclass(frozen=True)
@@ -250,12 +260,13 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
             problems.append(f"{peer.role} {peer.name}: unknown era {peer.era!r}")
         if peer.role == "client" and shlex.split(peer.command)[-2:] != ["--", "{server}"]:
             problems.append(f"client {peer.name}: command must end with `-- {{server}}`")
-        mrtr = set(peer.features) & set(MRTR_FEATURES)
-        if peer.role == "client" and bool(mrtr) != peer.takes_feature:
+        if peer.role == "client" and (len(peer.features) > 1) != peer.takes_feature:
             problems.append(
-                f"client {peer.name}: a client with MRTR features (and only one) "
+                f"client {peer.name}: a client with several features (and only one) "
                 "must take a {feature} placeholder"
             )
+        if peer.role == "client" and peer.mrtr and not set(peer.features) <= set(MRTR_FEATURES):
+            problems.append(f"client {peer.name}: an MRTR client checks only MRTR features")
     for peer in servers.values():
         if ("http" in peer.transports) != (peer.http_command is not None):
             problems.append(f"server {peer.name}: an http transport needs an http_command")
@@ -609,7 +620,9 @@ class Observation:
     stderr_tail: list[str] = field(default_factory=list)
     report: dict[str, Any] | None = None  # the client's whole report
     shared: int = 1  # how many cell runs this one client run served (--feature all)
-    input_path: str | None = None  # MRTR: how the server's input requests reached the client
+    # MRTR: how the server's input requests reached the client; notifications:
+    # how the change notifications did (the client's `notifications: delivered` step)
+    input_path: str | None = None
     commands: list[str] = field(default_factory=list)  # role: command, as run (real ports)
 
     @property
@@ -720,9 +733,10 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _step_feature(step: dict[str, Any]) -> str | None:
-    """The MRTR feature a report step belongs to (`<feature>: ...`), else None."""
+    """The MRTR feature (or notifications) a report step belongs to
+    (`<feature>: ...`), else None."""
     name = str(step.get("step", ""))
-    for feature in (*MRTR_FEATURES, URL_REQUIRED):
+    for feature in (*MRTR_FEATURES, URL_REQUIRED, "notifications"):
         if name.startswith(f"{feature}: "):
             return feature
     return None
@@ -784,7 +798,10 @@ def _observe(
     shared: int,
 ) -> Observation:
     """One run's observation from its client's report. A basic client's run works
-    iff its report is ok. An MRTR client's run is judged on the feature it
+    iff its report is ok (and exit 0); so does a notifications run, whose report
+    must also hold the client's notifications steps (a client that ignored
+    `--feature notifications` does not pass). An MRTR client's run is judged on
+    the feature it
     checks: every step that belongs to no feature (connect, tools/list, the
     requestState checks, ...) and every step of this feature must pass, its
     tool call must have run, and the client must not have died (timeout, crash,
@@ -820,10 +837,24 @@ def _observe(
             obs.protocol_version = ",".join(str(v) for v in versions)
             obs.route = "server/discover"
     error = report.get("error")
-    if not run.client.takes_feature:
+    if not run.client.mrtr:
         obs.ok = report.get("ok") is True and exit_code == 0 and not timed_out
         if not obs.ok:
-            obs.error = first_line(str(error or f"exit {exit_code}"))
+            failed = [s for s in steps if not s.get("ok")]
+            detail = (
+                f"failed step {failed[0].get('step')}: "
+                f"{failed[0].get('error') or failed[0].get('text') or ''}"
+                if failed and str(error or "").startswith("failed step: ")
+                else error
+            )
+            obs.error = first_line(str(detail or f"exit {exit_code}"))
+        if run.checks == "notifications":
+            own = obs.steps("notifications")
+            delivered = [s for s in own if s.get("step") == f"{NOTIFY_STEP}delivered"]
+            obs.input_path = str(delivered[-1].get("path")) if delivered else None
+            if obs.ok and not own:
+                obs.ok = False
+                obs.error = "the report has no notifications check"
         return obs
 
     feature = run.checks
@@ -1458,7 +1489,7 @@ def render_report(
                     row.append(" / ".join(tallies) + (" ✓" if good else " ✗"))
                 add("| " + " | ".join(row) + " |")
         add("")
-    if any(o.run.client.takes_feature for o in observations):
+    if any(o.run.client.mrtr for o in observations):
         add(
             "MRTR cells (elicitation-form, elicitation-url, sampling, roots): the client calls "
             "the server's tool for the feature (fixtures: `ask_name`, `open_link`, "
@@ -1471,6 +1502,25 @@ def render_report(
             "wire; gateway keys are `input-N`/`url-N`), or the callbacks the SDK ran with "
             "the request id (a pushed request's JSON-RPC id, `gw-N` when the gateway "
             "pushed it, or an `inputRequests` key when the modern SDK ran the rounds)."
+        )
+        add("")
+    if any(o.run.cell.feature == "notifications" for o in observations):
+        add(
+            "Notifications cells: after the basic calls the client subscribes and makes the "
+            "server change something with a tool call. A modern client opens "
+            "`subscriptions/listen` (toolsListChanged and one resource URI) and requires "
+            "`notifications/subscriptions/acknowledged` as the listen's first message, then "
+            "`notifications/resources/updated` and `notifications/tools/list_changed` tagged "
+            'with the listen\'s id (`_meta["io.modelcontextprotocol/subscriptionId"]`), and '
+            "no change notification untagged; it then cancels the listen (stdio: "
+            "`notifications/cancelled`, HTTP: closes the stream) and the connection must go on "
+            "working. A legacy client sends `resources/subscribe` and requires the same two "
+            "notifications on its session (stdio, or the session's GET stream over HTTP), then "
+            "`resources/unsubscribe`. Triggers: the fixtures' `add_note` (resource "
+            "`notes://compat`) and `register_tool`; server-everything's "
+            "`toggle-subscriber-updates` (its first resource), which has no tool that changes "
+            "its tool list, so its runs check `resources/updated` only. The evidence column "
+            "shows how the notifications arrived."
         )
         add("")
     notes: dict[str, list[Cell]] = {}
@@ -1489,8 +1539,9 @@ def render_report(
     add("")
     add(
         "Observed eras are what the client reports; evidence is the negotiated "
-        "version (or the first line of the error), and for MRTR cells how the input "
-        "reached the client. ✓ = as expected, ✗ = mismatch. A time with * is that of "
+        "version (or the first line of the error), for MRTR cells how the input "
+        "reached the client, and for notifications cells how the notifications did. "
+        "✓ = as expected, ✗ = mismatch. A time with * is that of "
         "a `--feature all` client run shared by the pair's four MRTR cells."
     )
     add("")
@@ -1547,18 +1598,22 @@ def render_report(
     add("## Not yet runnable")
     add("")
     by_issue: Counter[str] = Counter(" + ".join(c.issues) for c in not_yet)
-    add(
-        "Cells the gateway must make work once their issue lands; run.py does not run them "
-        "yet. Counts: "
-        + ", ".join(f"{issue}: {n}" for issue, n in sorted(by_issue.items()))
-        + f" (total {len(not_yet)})."
-    )
-    add("")
-    add(
-        "| cell | client era | server era | front→back | feature | expected direct "
-        "| expected gateway | clients | servers | issue | note |"
-    )
-    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    if not not_yet:
+        add("None: every cell of the matrix is ready.")
+        add("")
+    else:
+        add(
+            "Cells the gateway must make work once their issue lands; run.py does not run "
+            "them yet. Counts: "
+            + ", ".join(f"{issue}: {n}" for issue, n in sorted(by_issue.items()))
+            + f" (total {len(not_yet)})."
+        )
+        add("")
+        add(
+            "| cell | client era | server era | front→back | feature | expected direct "
+            "| expected gateway | clients | servers | issue | note |"
+        )
+        add("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in not_yet:
         gateway = f"{c.gateway} ({c.gateway_era})" if c.gateway_era else c.gateway
         add(
@@ -1566,7 +1621,8 @@ def render_report(
             f"| {c.direct} | {gateway} | {', '.join(c.clients) or '-'} "
             f"| {', '.join(c.servers) or '-'} | {', '.join(c.issues)} | {_md(c.note or '')} |"
         )
-    add("")
+    if not_yet:
+        add("")
 
     # peers
     add("## Peers")

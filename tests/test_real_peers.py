@@ -229,11 +229,16 @@ def test_matrix_data_is_consistent() -> None:
         ("http", "stdio"),
         ("http", "http"),
     }
-    assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES}
-    assert len(ready) == 9 * 5 * 4
+    assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES, "notifications"}
+    assert len(ready) == len(matrix.cells) == 9 * 6 * 4
     for cell in matrix.cells:
         if cell.feature == "notifications":
-            assert not cell.ready and "#5" in cell.issues, cell.id
+            assert "#5" in cell.issues, cell.id  # the issue that made them runnable
+            assert "ts2-modern" not in cell.servers and "ts2-dual" not in cell.servers
+    # every basic client is told what to check; the MRTR clients stay MRTR-only
+    for client in matrix.clients.values():
+        assert client.takes_feature
+        assert ("notifications" in client.features) != client.mrtr, client.name
 
 
 def test_mrtr_runs_of_a_pair_share_one_client_run() -> None:
@@ -266,6 +271,46 @@ def _fake(run: Run, report: dict[str, Any] | None, exit_code: int = 1) -> Observ
         first_stderr="",
         shared=4,
     )
+
+
+def test_notifications_runs_are_judged_on_the_whole_report() -> None:
+    matrix = load_matrix()
+    run = find_run(matrix, "raw-modern", "py1", "gateway", "notifications")
+    ctx = Context(peers=peers_dir())
+    argv = run.argv(ctx)
+    assert argv[argv.index("--feature") + 1] == "notifications"
+    basic = find_run(matrix, "raw-modern", "py1", "gateway").argv(ctx)
+    assert basic[basic.index("--feature") + 1] == "basic"
+    assert group_runs([run, run]) == [[0], [1]]  # never shared
+
+    path = "listen id 4; acknowledged; resources/updated notes://compat; tools/list_changed"
+    steps: list[dict[str, Any]] = [
+        {"step": "server/discover", "ok": True, "supportedVersions": [MODERN]},
+        {"step": "notifications: listen acknowledged first", "ok": True},
+        {"step": "notifications: resources/updated tagged", "ok": True},
+        {"step": "notifications: delivered", "ok": True, "path": path},
+    ]
+    good = {"ok": True, "era": "modern", "steps": steps, "error": None}
+    obs = _fake(run, good, 0)
+    assert obs.ok and judge(obs).matched
+    assert obs.input_path == path and path in obs.evidence
+    # a failed notifications step fails the run, and the error names the step
+    failed = [*steps[:2], {"step": "notifications: resources/updated tagged", "ok": False}]
+    bad = dict(good, ok=False, steps=failed, error="failed step: notifications: resources/…")
+    obs = _fake(run, bad, 1)
+    assert not obs.ok and not judge(obs).matched
+    assert "failed step notifications: resources/updated tagged" in (obs.error or "")
+    # a client that ignored --feature notifications (basic steps only) does not pass
+    only_basic = dict(good, steps=steps[:1])
+    obs = _fake(run, only_basic, 0)
+    assert not obs.ok and obs.error == "the report has no notifications check"
+    # the same report is fine for the basic cell
+    assert _fake(find_run(matrix, "raw-modern", "py1", "gateway"), only_basic, 0).ok
+    # a direct run of a cell the spec says fails: failing is as expected
+    direct = find_run(matrix, "raw-modern", "py1", "direct", "notifications")
+    refused = {"ok": False, "era": "modern", "steps": steps[:1], "error": "server/discover failed"}
+    assert judge(_fake(direct, refused, 1)).matched
+    assert not judge(_fake(direct, good, 0)).matched
 
 
 def test_each_mrtr_cell_is_judged_on_its_own_steps() -> None:

@@ -44,13 +44,25 @@ def check_target(parser: argparse.ArgumentParser, url: str | None, server: list[
         parser.error("--url and a server command exclude each other")
 
 
+def add_feature_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--feature",
+        choices=FEATURES,
+        default="basic",
+        help="basic: connect, tools/list, echo (and add); notifications: that, then the "
+        "change-notification check (subscriptions/listen on the modern wire, "
+        "resources/subscribe and session notifications on the legacy wire)",
+    )
+
+
 def parse_args(description: str) -> argparse.Namespace:
-    """`CLIENT [--timeout S] (--url URL | -- SERVER_COMMAND ARGS...)`"""
+    """`CLIENT [--feature F] [--timeout S] (--url URL | -- SERVER_COMMAND ARGS...)`"""
     own, server = split_argv(sys.argv[1:])
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="hard limit for the whole run (s)"
     )
+    add_feature_option(parser)
     add_target_option(parser)
     args = parser.parse_args(own)
     args.server = server
@@ -136,3 +148,90 @@ def first_text(content: list[dict[str, Any]] | None) -> str | None:
         if block.get("type") == "text":
             return str(block.get("text"))
     return None
+
+
+# -- the notifications check (--feature notifications) -------------------------
+# Every fixture client runs the same check; which tools trigger the changes
+# depends on the server:
+#   our fixtures (py1 --notify, py2): `add_note` changes notes://{name} and
+#     notifies resources/updated for it; `register_tool` adds a tool and
+#     notifies tools/list_changed
+#   server-everything: `toggle-subscriber-updates` starts per-session updates
+#     (one at once, then every 5 s) for every subscribed URI; calling it again
+#     stops them. It has no tool that changes its tool list on demand (it sends
+#     one tools/list_changed right after `initialized`), so its runs check
+#     resources/updated only.
+
+FEATURES = ("basic", "notifications")
+NOTIFY_STEP = "notifications: "  # every step of the check starts with it
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+UPDATED = "notifications/resources/updated"
+TOOLS_CHANGED = "notifications/tools/list_changed"
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+CHANGE_METHODS = frozenset(
+    {
+        UPDATED,
+        TOOLS_CHANGED,
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    }
+)
+NOTIFY_WAIT = 10.0  # seconds a notification may take after its trigger returned
+
+
+@dataclass(frozen=True)
+class Trigger:
+    tool: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NotifyPlan:
+    """What to subscribe to and which tool calls make the server notify."""
+
+    server: str  # "fixture" | "everything"
+    uri: str
+    update: Trigger  # makes the server send resources/updated for `uri`
+    list_change: Trigger | None  # makes it send tools/list_changed (None: no such tool)
+    stop: Trigger | None = None  # ends what `update` started (server-everything)
+
+
+def notify_plan(tools: list[str], resource_uris: list[str]) -> NotifyPlan | None:
+    """The plan for a server with these tools (and, for server-everything,
+    these resources: the first one is subscribed); None if it has no trigger."""
+    if "add_note" in tools and "register_tool" in tools:
+        suffix = os.urandom(3).hex()
+        return NotifyPlan(
+            server="fixture",
+            uri="notes://compat",
+            update=Trigger("add_note", {"name": "compat", "text": f"changed {suffix}"}),
+            list_change=Trigger("register_tool", {"name": f"added_{suffix}"}),
+        )
+    if "toggle-subscriber-updates" in tools and resource_uris:
+        toggle = Trigger("toggle-subscriber-updates", {})
+        return NotifyPlan("everything", resource_uris[0], toggle, None, stop=toggle)
+    return None
+
+
+def tag_of(message: dict[str, Any]) -> Any:
+    """The subscription id a notification carries in `_meta`, else None."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get(SUBSCRIPTION_ID) if isinstance(meta, dict) else None
+
+
+def is_update(message: dict[str, Any], uri: str) -> bool:
+    params = message.get("params")
+    return (
+        message.get("method") == UPDATED and isinstance(params, dict) and params.get("uri") == uri
+    )
+
+
+def is_tools_changed(message: dict[str, Any]) -> bool:
+    return message.get("method") == TOOLS_CHANGED
+
+
+def delivery_step(report: Report, path: str) -> None:
+    """The last step of the check: how the notifications reached the client
+    (run.py shows `path` as the run's evidence)."""
+    report.step(NOTIFY_STEP + "delivered", True, path=path)

@@ -1,7 +1,7 @@
 """Legacy-era fixture client: `ClientSession` + `stdio_client` from mcp==1.30.0.
 
-    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--timeout S] -- SERVER_COMMAND ARGS...
-    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--timeout S] --url URL
+    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--feature F] [--timeout S] -- SERVER...
+    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--feature F] [--timeout S] --url URL
 
 With `--url` it speaks Streamable HTTP (`streamable_http_client`: a legacy
 session, `initialize` mints the Mcp-Session-Id, DELETE at the end) instead of
@@ -11,6 +11,12 @@ The "Legacy" client of the compatibility matrix: initialize handshake, then
 tools/list, `echo` (our fixtures take `text`, server-everything's takes
 `message`) and `add` when the server has it. Against a modern-only server
 the handshake fails: the report carries the server's JSON-RPC error.
+
+`--feature notifications` then checks change notifications the legacy way:
+`resources/subscribe`, tool calls that change the resource and the tool list,
+and `notifications/resources/updated` and `notifications/tools/list_changed`
+reaching the session's `message_handler` (stdio; over HTTP the session's GET
+stream, which the SDK opens after `initialized`), then `resources/unsubscribe`.
 """
 
 from __future__ import annotations
@@ -24,18 +30,21 @@ import anyio
 from _common import (
     ECHO_TEXT,
     Report,
+    Trigger,
     echo_arguments,
     first_text,
     leaf_exception,
     parse_args,
     start_watchdog,
 )
+from _sdk_notify import Inbox, legacy_check
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
+from pydantic import AnyUrl
 
 Streams = tuple[
     MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
@@ -56,7 +65,13 @@ async def connect(command: list[str], url: str | None) -> AsyncIterator[Streams]
         yield read, write
 
 
-async def converse(session: ClientSession, report: Report) -> None:
+async def converse(
+    session: ClientSession,
+    report: Report,
+    feature: str = "basic",
+    inbox: Inbox | None = None,
+    channel: str = "stdio",
+) -> None:
     init = await session.initialize()
     report.step(
         "initialize",
@@ -92,10 +107,40 @@ async def converse(session: ClientSession, report: Report) -> None:
             text=text,
         )
 
+    if feature == "notifications" and inbox is not None:
 
-async def run(command: list[str], url: str | None, report: Report) -> None:
-    async with connect(command, url) as (read, write), ClientSession(read, write) as session:
-        await converse(session, report)
+        async def resource_uris() -> list[str]:
+            return [str(r.uri) for r in (await session.list_resources()).resources]
+
+        async def call(trigger: Trigger) -> tuple[bool, str | None]:
+            result = await session.call_tool(trigger.tool, trigger.arguments)
+            return not result.isError, first_text([b.model_dump() for b in result.content])
+
+        await legacy_check(
+            report,
+            inbox,
+            sorted(tools),
+            resource_uris=resource_uris,
+            subscribe=lambda uri: session.subscribe_resource(AnyUrl(uri)),
+            unsubscribe=lambda uri: session.unsubscribe_resource(AnyUrl(uri)),
+            call=call,
+            channel=channel,
+        )
+
+
+async def run(command: list[str], url: str | None, report: Report, feature: str) -> None:
+    inbox = Inbox()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ServerNotification):
+            inbox.add(message.root.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    async with (
+        connect(command, url) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        channel = "the session's GET stream" if url else "stdio"
+        await converse(session, report, feature, inbox, channel)
 
 
 def main() -> None:
@@ -104,7 +149,7 @@ def main() -> None:
     start_watchdog(report, args.timeout)
     try:
         # fail_after cancels the whole run; stdio_client's exit then reaps the server.
-        anyio.run(_with_deadline, args.server, args.url, report, args.timeout)
+        anyio.run(_with_deadline, args.server, args.url, report, args.timeout, args.feature)
     except BaseException as group:
         exc = leaf_exception(group)
         if isinstance(exc, McpError):
@@ -120,10 +165,10 @@ def main() -> None:
 
 
 async def _with_deadline(
-    command: list[str], url: str | None, report: Report, seconds: float
+    command: list[str], url: str | None, report: Report, seconds: float, feature: str
 ) -> None:
     with anyio.fail_after(seconds):
-        await run(command, url, report)
+        await run(command, url, report, feature)
 
 
 if __name__ == "__main__":

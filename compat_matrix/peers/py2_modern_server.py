@@ -41,6 +41,7 @@ from typing import Annotated, Any, Self
 from uuid import uuid4
 
 import anyio
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
@@ -56,13 +57,16 @@ from mcp_types import (
     ElicitRequest,
     ElicitRequestURLParams,
     ElicitResult,
+    EmptyResult,
     ErrorData,
     InputRequiredResult,
     JSONRPCError,
     JSONRPCRequest,
     ListRootsResult,
     SamplingMessage,
+    SubscribeRequestParams,
     TextContent,
+    UnsubscribeRequestParams,
 )
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel
@@ -214,8 +218,23 @@ def note(name: str) -> str:
 # `subscriptions/listen` streams (modern wire) only. `add_note` changes the body
 # of notes://{name} and publishes resources/updated for that URI;
 # `register_tool` adds a tool and publishes tools/list_changed.
+# With `--dual`, a legacy session gets them the legacy way too (the SDK leaves
+# that to the server: `enable_legacy_notifications`): it can
+# `resources/subscribe`, `add_note` then sends it resources/updated for a URI it
+# subscribed, and `register_tool` sends tools/list_changed to the session that
+# called it (stdio, or the session's GET stream over HTTP).
 
 _notes: dict[str, str] = {}
+# Legacy sessions' subscribed URIs, by connection (one per stdio process or HTTP session).
+_legacy_subscriptions: dict[int, set[str]] = {}
+
+
+def _legacy_session(ctx: Context) -> bool:
+    return not is_version_at_least(ctx.protocol_version or "2025-11-25", "2026-07-28")
+
+
+def _connection_key(session: Any) -> int:
+    return id(session._connection)  # no public accessor; fine for a pinned fixture
 
 
 @mcp.tool()
@@ -224,6 +243,8 @@ async def add_note(name: str, text: str, ctx: Context) -> str:
     _notes[name] = text
     uri = f"notes://{name}"
     await ctx.notify_resource_updated(uri)
+    if _legacy_session(ctx) and uri in _legacy_subscriptions.get(_connection_key(ctx.session), ()):
+        await ctx.session.send_resource_updated(uri)
     return f"updated {uri}"
 
 
@@ -236,7 +257,44 @@ async def register_tool(name: str, ctx: Context) -> str:
 
     mcp.add_tool(added, name=name, description=f"Tool {name}, added at run time.")
     await ctx.notify_tools_changed()
+    if _legacy_session(ctx) and _legacy_notifications:
+        await ctx.session.send_tool_list_changed()
     return f"registered {name}"
+
+
+_legacy_notifications = False
+
+
+def enable_legacy_notifications() -> None:
+    """Serve `resources/subscribe` / `unsubscribe` to legacy sessions and declare
+    `tools.listChanged`, `resources.listChanged` and `resources.subscribe` in
+    their `initialize` answer (the modern capabilities do not change: there they
+    follow from `subscriptions/listen`)."""
+    global _legacy_notifications  # noqa: PLW0603
+    _legacy_notifications = True
+    server = mcp._lowlevel_server  # pyright: ignore[reportPrivateUsage]
+
+    async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+        _legacy_subscriptions.setdefault(_connection_key(ctx.session), set()).add(str(params.uri))
+        return EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+        _legacy_subscriptions.get(_connection_key(ctx.session), set()).discard(str(params.uri))
+        return EmptyResult()
+
+    server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+    server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+    original = server.create_initialization_options
+
+    def initialization_options(
+        notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        options = notification_options or NotificationOptions(
+            tools_changed=True, resources_changed=True
+        )
+        return original(options, *args, **kwargs)
+
+    server.create_initialization_options = initialization_options  # type: ignore[method-assign]
 
 
 @mcp.prompt()
@@ -405,6 +463,8 @@ def main() -> None:
         "--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp"
     )
     args = parser.parse_args()
+    if args.dual:
+        enable_legacy_notifications()
     if args.http is not None:
         serve_http(args.http, args.dual)
     elif args.dual:

@@ -1,7 +1,7 @@
 """Modern-only stdio client with no SDK (stdlib only; runs under any python3).
 
-    python3 compat_matrix/peers/raw_modern_client.py [--timeout S] -- SERVER_COMMAND ARGS...
-    python3 compat_matrix/peers/raw_modern_client.py [--timeout S] --url URL
+    python3 compat_matrix/peers/raw_modern_client.py [--feature F] [--timeout S] -- SERVER ARGS...
+    python3 compat_matrix/peers/raw_modern_client.py [--feature F] [--timeout S] --url URL
 
 Speaks only revision 2026-07-28, byte for byte as the spec shows it, so it
 checks a server (or the gateway) without any SDK's leniency in between:
@@ -18,21 +18,52 @@ request-metadata headers `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
 stream (priming events with empty data are skipped; notifications on it are
 kept; a server-to-client request is junk on the modern wire). An HTTP error
 with a JSON-RPC error body raises it as the answer; the status is kept.
+
+`--feature notifications` adds the change-notification check of the modern
+wire: `subscriptions/listen` (toolsListChanged and one resource URI), whose
+first message must be `notifications/subscriptions/acknowledged` tagged with
+the listen's id; then tool calls that change the resource and the tool list
+(fixtures: `add_note`, `register_tool`; server-everything:
+`toggle-subscriber-updates`) must bring `notifications/resources/updated` and
+`notifications/tools/list_changed` tagged with that id. Cancelling the listen
+(stdio: `notifications/cancelled`; HTTP: closing its stream) must leave the
+connection usable and, on stdio, the listen silent. No change notification may
+arrive untagged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import json
 import queue
+import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from _common import ECHO_TEXT, Report, echo_arguments, first_text, parse_args, start_watchdog
+from _common import (
+    ACKNOWLEDGED,
+    CHANGE_METHODS,
+    ECHO_TEXT,
+    NOTIFY_STEP,
+    NOTIFY_WAIT,
+    Report,
+    Trigger,
+    delivery_step,
+    echo_arguments,
+    first_text,
+    is_tools_changed,
+    is_update,
+    notify_plan,
+    parse_args,
+    start_watchdog,
+    tag_of,
+)
 
 VERSION = "2026-07-28"
 META = {
@@ -50,6 +81,24 @@ class RpcError(Exception):
         self.http_status = http_status
 
 
+Predicate = Callable[[dict[str, Any]], bool]
+
+
+class Listen(Protocol):
+    """An open `subscriptions/listen`: the messages tagged with its id, in order."""
+
+    id: int
+    how_cancelled: str
+
+    def tagged(self) -> list[dict[str, Any]]: ...
+
+    def stray(self) -> list[dict[str, Any]]: ...
+
+    def wait(self, pred: Predicate, seconds: float) -> dict[str, Any] | None: ...
+
+    def cancel(self) -> None: ...
+
+
 class Connection(Protocol):
     """A server the client talks to: a spawned stdio process or an HTTP endpoint."""
 
@@ -57,6 +106,8 @@ class Connection(Protocol):
     unexpected: list[dict[str, Any]]
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    def listen(self, notifications: dict[str, Any]) -> Listen: ...
 
     def close(self) -> None: ...
 
@@ -70,6 +121,8 @@ class Peer:
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.notifications: list[dict[str, Any]] = []
         self.unexpected: list[dict[str, Any]] = []
+        self.listens: set[int] = set()
+        self.listen_results: list[dict[str, Any]] = []
         # stderr is inherited: the server's logs stay visible, our stdout stays one JSON line.
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
@@ -88,37 +141,80 @@ class Peer:
                 self.unexpected.append({"non_json_line": line[:200].decode(errors="replace")})
         self.inbox.put(None)  # EOF
 
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        request_id = next(self.ids)
-        line = (
-            json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            + "\n"
-        )
+    def _write(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode())
+        self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
         self.proc.stdin.flush()
+
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        """Send a request without waiting for its answer; its id."""
+        request_id = next(self.ids)
+        self._write({"id": request_id, "method": method, "params": params})
+        return request_id
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self._write({"method": method, "params": params})
+
+    def _next(self, deadline: float, what: str) -> dict[str, Any] | None:
+        """The next message before `deadline` (None: the deadline passed)."""
+        remaining = min(deadline, self.deadline) - time.monotonic()
+        if remaining <= 0:
+            if deadline >= self.deadline:
+                raise TimeoutError(f"no {what} before the deadline")
+            return None
+        try:
+            message = self.inbox.get(timeout=remaining)
+        except queue.Empty:
+            if deadline >= self.deadline:
+                raise TimeoutError(f"no {what} before the deadline") from None
+            return None
+        if message is None:
+            self.inbox.put(None)  # stays at EOF for the next reader
+            status = self.proc.poll()
+            raise EOFError(f"server closed stdout while waiting for {what} (exit {status})")
+        return message
+
+    def _route(self, message: dict[str, Any]) -> None:
+        """Keep a message that is not the answer being waited for."""
+        if "method" in message and "id" not in message:
+            self.notifications.append(message)
+        elif "method" not in message and message.get("id") in self.listens:
+            self.listen_results.append(message)  # a listen's graceful close
+        else:
+            # Server→client requests are forbidden on the modern stdio wire.
+            self.unexpected.append(message)
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = self.send(method, params)
         while True:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no answer to {method} before the deadline")
-            try:
-                message = self.inbox.get(timeout=remaining)
-            except queue.Empty:
-                raise TimeoutError(f"no answer to {method} before the deadline") from None
-            if message is None:
-                raise EOFError(
-                    f"server closed stdout while waiting for {method} (exit {self.proc.poll()})"
-                )
+            message = self._next(self.deadline, f"answer to {method}")
+            assert message is not None
             if message.get("id") == request_id and "method" not in message:
                 if "error" in message:
                     raise RpcError(message["error"])
                 result: dict[str, Any] = message["result"]
                 return result
-            if "method" in message and "id" not in message:
-                self.notifications.append(message)
-            else:
-                # Server→client requests are forbidden on the modern stdio wire.
-                self.unexpected.append(message)
+            self._route(message)
+
+    def wait_notification(
+        self, pred: Predicate, since: int, seconds: float
+    ) -> dict[str, Any] | None:
+        """The first notification from `notifications[since]` on (seen already or
+        read now) that matches; None after `seconds`."""
+        for message in self.notifications[since:]:
+            if pred(message):
+                return message
+        deadline = time.monotonic() + seconds
+        while True:
+            message = self._next(deadline, "notification")
+            if message is None:
+                return None
+            self._route(message)
+            if message in self.notifications and pred(message):
+                return message
+
+    def listen(self, notifications: dict[str, Any]) -> Listen:
+        return StdioListen(self, notifications)
 
     def close(self) -> None:
         """Reap the server: close stdin (the spec's shutdown), then escalate."""
@@ -135,6 +231,35 @@ class Peer:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+class StdioListen:
+    """A listen on the shared stdio channel: its messages are those tagged with its id."""
+
+    how_cancelled = "notifications/cancelled"
+
+    def __init__(self, peer: Peer, notifications: dict[str, Any]) -> None:
+        self.peer = peer
+        self.since = len(peer.notifications)
+        self.id = peer.send("subscriptions/listen", {"_meta": META, "notifications": notifications})
+        peer.listens.add(self.id)
+
+    def tagged(self) -> list[dict[str, Any]]:
+        return [m for m in self.peer.notifications[self.since :] if tag_of(m) == self.id]
+
+    def stray(self) -> list[dict[str, Any]]:
+        """Nothing: on stdio the listen's messages are just those with its tag."""
+        return []
+
+    def wait(self, pred: Predicate, seconds: float) -> dict[str, Any] | None:
+        return self.peer.wait_notification(
+            lambda m: tag_of(m) == self.id and pred(m), self.since, seconds
+        )
+
+    def cancel(self) -> None:
+        self.peer.notify(
+            "notifications/cancelled", {"requestId": self.id, "reason": "compat check done"}
+        )
 
 
 # "Request Metadata": the methods whose name or uri goes in Mcp-Name.
@@ -164,8 +289,10 @@ class HttpPeer:
             raise TimeoutError(f"no answer to {method} before the deadline")
         return remaining
 
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        request_id = next(self.ids)
+    def post(
+        self, request_id: int, method: str, params: dict[str, Any]
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """POST one request; the connection and its (unread) response."""
         body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         headers = {
             "Content-Type": "application/json",
@@ -178,11 +305,19 @@ class HttpPeer:
             headers["Mcp-Name"] = params[named]
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self._remaining(method))
         try:
-            try:
-                conn.request("POST", self.path, body=body.encode(), headers=headers)
-                response = conn.getresponse()
-            except TimeoutError:
-                raise TimeoutError(f"no answer to {method} before the deadline") from None
+            conn.request("POST", self.path, body=body.encode(), headers=headers)
+            return conn, conn.getresponse()
+        except TimeoutError:
+            conn.close()
+            raise TimeoutError(f"no answer to {method} before the deadline") from None
+        except BaseException:
+            conn.close()
+            raise
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = next(self.ids)
+        conn, response = self.post(request_id, method, params)
+        try:
             ctype = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
             if ctype == "text/event-stream":
                 return self._from_stream(response, request_id, method)
@@ -253,8 +388,94 @@ class HttpPeer:
             if result is not None:
                 return result
 
+    def listen(self, notifications: dict[str, Any]) -> Listen:
+        return HttpListen(self, notifications)
+
     def close(self) -> None:
         """Nothing to reap: every request had its own connection."""
+
+
+class HttpListen:
+    """A listen POST whose SSE response stays open; a thread reads its events."""
+
+    how_cancelled = "HTTP stream closed"
+
+    def __init__(self, peer: HttpPeer, notifications: dict[str, Any]) -> None:
+        self.id = next(peer.ids)
+        self.messages: list[dict[str, Any]] = []
+        self.junk: list[str] = []
+        self.ended = False
+        self.changed = threading.Condition()
+        params = {"_meta": META, "notifications": notifications}
+        self.conn, self.response = peer.post(self.id, "subscriptions/listen", params)
+        ctype = (self.response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        if ctype != "text/event-stream":
+            raw = self.response.read()
+            self.conn.close()
+            peer._from_json(raw, self.response.status, self.id, "subscriptions/listen")
+            raise OSError(f"subscriptions/listen answered {self.response.status} {ctype!r}")
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        data: list[str] = []
+        try:
+            while True:
+                raw = self.response.readline()
+                if not raw:
+                    break
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                    continue
+                if line or not data:
+                    continue
+                payload, data = "\n".join(data), []
+                if not payload.strip():
+                    continue  # a priming event
+                try:
+                    message = json.loads(payload)
+                except ValueError:
+                    self.junk.append(payload[:200])
+                    continue
+                with self.changed:
+                    self.messages.append(message)
+                    self.changed.notify_all()
+        except Exception:  # http.client fails oddly on a socket shut down under it
+            pass  # closed by cancel(), or the server dropped it
+        finally:
+            with self.changed:
+                self.ended = True
+                self.changed.notify_all()
+
+    def tagged(self) -> list[dict[str, Any]]:
+        with self.changed:
+            return [m for m in self.messages if tag_of(m) == self.id]
+
+    def stray(self) -> list[dict[str, Any]]:
+        """Messages on the listen's stream without its tag (the graceful close aside)."""
+        with self.changed:
+            return [m for m in self.messages if tag_of(m) != self.id and m.get("id") != self.id] + [
+                {"non_json_event": j} for j in self.junk
+            ]
+
+    def wait(self, pred: Predicate, seconds: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + seconds
+        with self.changed:
+            while True:
+                for message in self.messages:
+                    if tag_of(message) == self.id and pred(message):
+                        return message
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.ended:
+                    return None
+                self.changed.wait(remaining)
+
+    def cancel(self) -> None:
+        sock = self.conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.conn.close()
 
 
 def open_peer(command: list[str], url: str | None, deadline: float) -> Connection:
@@ -269,7 +490,109 @@ def check_complete(report: Report, name: str, result: dict[str, Any], **detail: 
     return report.step(name, result_type == "complete", resultType=result_type, **detail)
 
 
-def converse(peer: Connection, report: Report) -> None:
+def call(peer: Connection, report: Report, trigger: Trigger) -> bool:
+    """Call a trigger tool; a step that it completed without a tool error."""
+    result = peer.request(
+        "tools/call", {"_meta": META, "name": trigger.tool, "arguments": trigger.arguments}
+    )
+    text = first_text(result.get("content"))
+    return report.step(
+        f"{NOTIFY_STEP}tools/call {trigger.tool}",
+        result.get("resultType") == "complete" and not result.get("isError"),
+        text=text,
+    )
+
+
+def check_notifications(peer: Connection, report: Report, tools: list[dict[str, Any]]) -> None:
+    """The modern change-notification check (see the module docstring)."""
+    names = [str(tool.get("name")) for tool in tools]
+    uris: list[str] = []
+    if "add_note" not in names and "toggle-subscriber-updates" in names:
+        listed = peer.request("resources/list", {"_meta": META})
+        uris = [str(r.get("uri")) for r in listed.get("resources") or []]
+    plan = notify_plan(names, uris)
+    if not report.step(
+        f"{NOTIFY_STEP}trigger tools listed", plan is not None, tools=None if plan else names
+    ):
+        return
+    assert plan is not None
+    wanted = {"toolsListChanged": True, "resourceSubscriptions": [plan.uri]}
+    listen = peer.listen(wanted)
+    path = [f"listen id {listen.id}"]
+    try:
+        first = listen.wait(lambda m: True, NOTIFY_WAIT)
+        acked = first is not None and first.get("method") == ACKNOWLEDGED
+        honored = (first or {}).get("params", {}).get("notifications") if acked else None
+        report.step(
+            f"{NOTIFY_STEP}listen acknowledged first",
+            acked,
+            subscriptionId=listen.id,
+            honored=honored,
+            first=None if acked else first,
+        )
+        if not acked or not isinstance(honored, dict):
+            return
+        path.append("acknowledged")
+        enough = plan.uri in (honored.get("resourceSubscriptions") or []) and (
+            plan.list_change is None or honored.get("toolsListChanged") is True
+        )
+        report.step(f"{NOTIFY_STEP}filter honored", enough, requested=wanted, honored=honored)
+        if not call(peer, report, plan.update):
+            return
+        updated = listen.wait(lambda m: is_update(m, plan.uri), NOTIFY_WAIT)
+        report.step(
+            f"{NOTIFY_STEP}resources/updated tagged",
+            updated is not None,
+            uri=plan.uri,
+            subscriptionId=listen.id,
+        )
+        path.append(f"resources/updated {plan.uri}")
+        if plan.list_change is not None:
+            if not call(peer, report, plan.list_change):
+                return
+            changed = listen.wait(is_tools_changed, NOTIFY_WAIT)
+            report.step(
+                f"{NOTIFY_STEP}tools/list_changed tagged",
+                changed is not None,
+                subscriptionId=listen.id,
+            )
+            path.append("tools/list_changed")
+        else:
+            path.append("tools/list_changed: no trigger on this server")
+        if plan.stop is not None:
+            call(peer, report, plan.stop)
+    finally:
+        listen.cancel()
+    # After the cancel the connection still serves requests, and nothing more
+    # reaches the listen (stdio: the channel stays shared, so this is checkable).
+    mark = len(listen.tagged())
+    if plan.stop is None:
+        call(peer, report, plan.update)
+    echo_tool = next((t for t in tools if t.get("name") == "echo"), {})
+    barrier = {"_meta": META, "name": "echo", "arguments": echo_arguments(echo_tool)}
+    echo = peer.request("tools/call", barrier)
+    time.sleep(0.3)
+    peer.request("tools/call", barrier)
+    late = listen.tagged()[mark:]
+    report.step(
+        f"{NOTIFY_STEP}listen cancelled",
+        not late and not echo.get("isError"),
+        how=listen.how_cancelled,
+        late=late[:3],
+    )
+    path.append(f"cancelled ({listen.how_cancelled})")
+    stray = listen.stray()
+    if stray:
+        name = f"{NOTIFY_STEP}every message on the listen stream tagged"
+        report.step(name, False, stray=stray[:3])
+    untagged = [
+        m for m in peer.notifications if m.get("method") in CHANGE_METHODS and tag_of(m) is None
+    ]
+    report.step(f"{NOTIFY_STEP}no untagged change notification", not untagged, seen=untagged[:3])
+    delivery_step(report, "; ".join(path))
+
+
+def converse(peer: Connection, report: Report, feature: str = "basic") -> None:
     try:
         discover = peer.request("server/discover", {"_meta": META})
     except RpcError as exc:
@@ -300,6 +623,9 @@ def converse(peer: Connection, report: Report) -> None:
         "echo text", text is not None and ECHO_TEXT in text and not result.get("isError"), text=text
     )
 
+    if feature == "notifications":
+        check_notifications(peer, report, tools.get("tools") or [])
+
     if peer.unexpected:
         report.step("no server-to-client requests or junk", False, unexpected=peer.unexpected[:5])
 
@@ -311,7 +637,7 @@ def main() -> None:
     peer: Connection | None = None
     try:
         peer = open_peer(args.server, args.url, time.monotonic() + args.timeout)
-        converse(peer, report)
+        converse(peer, report, args.feature)
     except (RpcError, TimeoutError, EOFError, OSError) as exc:
         report.fail(f"{type(exc).__name__}: {exc}")
     finally:
