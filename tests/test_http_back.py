@@ -623,6 +623,31 @@ async def test_legacy_session_ended_by_the_server_is_reopened_on_demand() -> Non
     assert len(server.posts("initialize")) == 2
 
 
+async def test_a_server_request_on_the_get_stream_belongs_to_no_call() -> None:
+    """2025-11-25 "Listening for Messages from the Server": what comes on the GET
+    stream SHOULD be unrelated to running requests. A roots/list sent there while
+    a modern client's call runs (server-everything does this after initialized)
+    is refused to the server; the call is not failed with -32021."""
+    answers: list[wire.Message] = []
+
+    async def slow(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        done, box = anyio.Event(), list[wire.Message]()
+        ask.session.answers["get-1"] = (done, box)
+        await behaviour.push(ask.session.sid, wire.request("get-1", "roots/list", {}))
+        with anyio.fail_after(3):
+            await done.wait()
+        answers.extend(box)
+        return {"content": [{"type": "text", "text": "done"}]}
+
+    behaviour = LegacyHttp(tools={"slow": slow})
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        reply = await c.call("tools/call", {"name": "slow", "arguments": {}})
+    assert reply["result"]["content"][0]["text"] == "done", reply
+    ((answer,),) = [answers]
+    assert answer["error"]["code"] == wire.METHOD_NOT_FOUND
+    assert "refused" in answer["error"]["message"]
+
+
 async def test_legacy_client_through_modern_http_with_param_headers() -> None:
     """DESIGN §5.2.3: the gateway's modern request carries the modern headers,
     Mcp-Param-* included, though the legacy client never listed the tools."""

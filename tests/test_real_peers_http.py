@@ -213,7 +213,7 @@ def test_modern_client_reaches_py1_http_through_gateway(http_runs: PeerRuns) -> 
     assert "sampled-by-client" in call["text"]
     assert call["rounds"][0]["inputRequests"] == {"input-1": "sampling/createMessage"}
     server = role_command(obs, "server")
-    assert "py1_server.py --http" in server
+    assert "py1_server.py" in server and " --http " in server
     port = server.rsplit(" ", 1)[1]
     assert f"--upstream http://127.0.0.1:{port}/mcp" in role_command(obs, "gateway")
     # ... and without the gateway py1 turns the modern POST away (400, no session)

@@ -112,6 +112,9 @@ class HttpServerConnection:
         self._tools_generation = 0
         self._tools_lock = anyio.Lock()
         self._own_ids = itertools.count(1)
+        # Server requests that came on the GET stream, until answered: 2025-11-25
+        # says those are unrelated to any running call, so none may claim them.
+        self._unattached: set[wire.RequestId] = set()
 
     # -- the ServerConnection face ---------------------------------------------
     def send_nowait(self, msg: wire.Message) -> None:
@@ -127,6 +130,8 @@ class HttpServerConnection:
         elif msg.get("method") == "notifications/cancelled":
             self._cancel(msg)
         else:
+            if "method" not in msg:
+                self._unattached.discard(msg.get("id"))
             self._spawn(self._post_message, msg)
 
     async def send(self, msg: wire.Message) -> None:
@@ -211,6 +216,17 @@ class HttpServerConnection:
     def _push(self, msg: wire.Message) -> None:
         self._ready.append(msg)
         self._wake.set()
+
+    def _push_unattached(self, msg: wire.Message) -> None:
+        if "method" in msg and "id" in msg:
+            self._unattached.add(msg["id"])
+        self._push(msg)
+
+    def outside_calls(self, request_id: wire.RequestId) -> bool:
+        """Whether a server request came outside any call's stream (2025-11-25
+        "Listening for Messages from the Server": the GET stream's messages
+        "SHOULD be unrelated to any concurrently-running JSON-RPC request")."""
+        return request_id in self._unattached
 
     def _end(self, reason: str) -> None:
         if self._ended is None:
@@ -557,7 +573,7 @@ class HttpServerConnection:
                             for event in parser.feed(chunk):
                                 if event.retry is not None:
                                     delay = event.retry / 1000
-                                self._handle_event(event, self._push, None)
+                                self._handle_event(event, self._push_unattached, None)
             except HttpClientError as exc:
                 log.debug("upstream GET stream broke", error=_describe(exc))
             await anyio.sleep(delay)

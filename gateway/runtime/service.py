@@ -581,7 +581,10 @@ class GatewayService:
         else:
             calls = session.calls_of(owner)
             missing = mrtr_core.check_capability({}, method, msg.get("params"))
-            if len(calls) == 1 and missing is not None:
+            # A request from the HTTP GET stream names no call (2025-11-25: it
+            # SHOULD be unrelated to running ones; server-everything asks for
+            # roots there after initialized), so it fails none.
+            if len(calls) == 1 and missing is not None and not session.outside_calls(msg_id):
                 # The one call of a modern client that declared no client
                 # features needs one: answer it -32021, as a modern server would.
                 await session.respond(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -31,6 +31,14 @@ class Channel(Protocol):
     async def send(self, msg: wire.Message) -> None: ...
     def send_nowait(self, msg: wire.Message) -> None: ...
     async def receive_batch(self) -> list[wire.Message]: ...
+
+
+@runtime_checkable
+class CallStreams(Protocol):
+    """A transport that can tell a server request sent outside any call (the
+    HTTP back's GET stream) from one sent on a call's own stream."""
+
+    def outside_calls(self, request_id: wire.RequestId) -> bool: ...
 
 
 class Corker(Protocol):
@@ -138,6 +146,12 @@ class UpstreamSession:
 
     def owners(self) -> set[object]:
         return {call.owner for call in self.pending.values() if call.owner is not None}
+
+    def outside_calls(self, request_id: wire.RequestId) -> bool:
+        """Whether the server sent this request outside any call (only the HTTP
+        back can tell; over stdio every request may belong to a call)."""
+        channel = self.channel
+        return isinstance(channel, CallStreams) and channel.outside_calls(request_id)
 
     def calls_of(self, owner: object) -> list[int]:
         return [i for i, call in self.pending.items() if call.owner is owner]
