@@ -69,6 +69,20 @@ RUNS = (
         "ts2-dual-req-2026-07-28",
     ),
     GatewayRun(
+        "gw-py1-all-2026-07-28-ttl3-ms4",
+        MODERN_ALL + ", gateway `--max-sessions 4`, `[mrtr] state_ttl = 3`",
+        "legacy mcp 1.30 FastMCP (`py1`)",
+        "py1-all-2026-07-28",
+        "py2-dual-all-2026-07-28",
+    ),
+    GatewayRun(
+        "gw-ts1-all-2026-07-28-ms4",
+        MODERN_ALL + ", gateway `--max-sessions 4`",
+        "legacy TS SDK 1.32 (`ts1`)",
+        "ts1-all-2026-07-28",
+        "ts2-dual-all-2026-07-28",
+    ),
+    GatewayRun(
         "gw-py2-modern-req-2025-11-25",
         LEGACY_REQ,
         "modern-only mcp 2.3 (`py2-modern`)",
@@ -166,11 +180,17 @@ def section(results: Path = RESULTS, reasons_file: Path = REASONS) -> str:
         lines.append(
             f"| {run.suite} | {run.upstream} | **{_counts(summary)}** | {direct} | {base} |"
         )
+    lines += [
+        "",
+        "- The legacy runs count 69 against the baseline's 70 with no failure: the suite "
+        "scores `server-sse-streams-functional` INFO, not SUCCESS, when three concurrent "
+        "calls are answered with JSON rather than SSE streams; 2025-11-25 allows either, "
+        "and the gateway streams only when something comes before the result.",
+    ]
     unscored = [
         (run, s["unscored_totals"]) for run, s in rows if any(s["unscored_totals"].values())
     ]
     if unscored:
-        lines.append("")
         for run, u in unscored:
             lines.append(
                 f"- `{run.label}`, not scored by the suite (the tasks extension, which "
