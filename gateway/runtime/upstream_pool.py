@@ -244,9 +244,7 @@ class UpstreamPool:
         session = self.sessions.get(self.key_for(principal, client_caps))
         if session is None or not session.alive:
             return None
-        if session is self._unclaimed:
-            self._unclaimed = None
-        return session
+        return self._claim(session)
 
     async def session_for(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession:
         session = self.session_now(principal, client_caps) if self.settled else None
@@ -258,14 +256,17 @@ class UpstreamPool:
             async with self._lock:
                 session = self.sessions.get(key)
                 if session is not None and session.alive:
-                    if session is self._unclaimed:
-                        self._unclaimed = None
-                    return session
+                    return self._claim(session)
                 adopted = self._adopt(key)
                 if adopted is not None:
                     return adopted
                 await self._make_room(key)
                 return await self._open(key, first=False)
+
+    def _claim(self, session: UpstreamSession) -> UpstreamSession:
+        if session is self._unclaimed:
+            self._unclaimed = None  # a client uses it now: no one else takes it over
+        return session
 
     def _adopt(self, key: SessionKey) -> UpstreamSession | None:
         """The start-up session, re-keyed for `key`, if no client used it yet
