@@ -21,11 +21,20 @@
 // <repo>/.peers/node; see peers/install.sh). ESM `import` ignores NODE_PATH,
 // so it is loaded through a require() rooted at that folder (CommonJS build).
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+    answerText,
+    elicitationSummary,
+    form,
+    fx,
+    pyJson as pyDumps,
+    rootCount,
+    sample,
+    sampledText
+} from './fixture_data.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const peersNode = process.env.MCP_PEERS_DIR
@@ -44,57 +53,9 @@ const {
 } = require('@modelcontextprotocol/sdk/types.js');
 const { z } = require('zod');
 
-const fx = JSON.parse(readFileSync(join(here, 'fixture_data.json'), 'utf8'));
 
 function log(...parts) {
     process.stderr.write(`[ts1-fixture] ${parts.join(' ')}\n`);
-}
-
-// ---- fixture_data.py's helpers ---------------------------------------------
-
-/** An `elicitation/create` (form mode) request, as fixture_data.form() builds it. */
-function form(message, properties, required) {
-    return {
-        method: 'elicitation/create',
-        params: { message, requestedSchema: { type: 'object', properties, required } }
-    };
-}
-
-/** A `sampling/createMessage` request, as fixture_data.sample() builds it. */
-function sample(text, maxTokens) {
-    return {
-        method: 'sampling/createMessage',
-        params: { messages: [{ role: 'user', content: { type: 'text', text } }], maxTokens }
-    };
-}
-
-function answerText(answer, field, fallback = 'unknown') {
-    const value = answer?.content?.[field];
-    return typeof value === 'string' ? value : fallback;
-}
-
-function sampledText(answer) {
-    const text = answer?.content?.text;
-    return typeof text === 'string' ? text : 'no response';
-}
-
-function rootCount(answer) {
-    return Array.isArray(answer?.roots) ? answer.roots.length : 0;
-}
-
-/** JSON with Python's json.dumps separators (", " and ": "), so texts match py1's. */
-function pyDumps(value) {
-    if (Array.isArray(value)) return `[${value.map(pyDumps).join(', ')}]`;
-    if (value !== null && typeof value === 'object') {
-        return `{${Object.entries(value)
-            .map(([k, v]) => `${JSON.stringify(k)}: ${pyDumps(v)}`)
-            .join(', ')}}`;
-    }
-    return JSON.stringify(value ?? null);
-}
-
-function elicitationSummary(answer) {
-    return `action=${answer?.action}, content=${pyDumps(answer?.content ?? {})}`;
 }
 
 // ---- content builders --------------------------------------------------------

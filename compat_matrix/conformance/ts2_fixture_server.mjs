@@ -30,11 +30,20 @@
 // export of fixture_data.py (tests/test_conformance_fixtures.py keeps them in
 // sync). Logs go to stderr only.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+    answerText,
+    elicitationSummary,
+    form,
+    fx,
+    pyJson,
+    rootCount,
+    sample,
+    sampledText
+} from './fixture_data.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const peersNode = process.env.MCP_PEERS_DIR
@@ -62,7 +71,6 @@ const {
 const { serveStdio } = require('@modelcontextprotocol/server/stdio');
 const { z } = require('zod');
 
-const fx = JSON.parse(readFileSync(join(here, 'fixture_data.json'), 'utf8'));
 
 const argv = process.argv.slice(2);
 const modernOnly = argv.includes('--modern-only');
@@ -80,34 +88,7 @@ const stateCodec = createRequestStateCodec({ key: randomBytes(32) });
 // instance's own list-changed notifications onto the listen streams.
 let httpHandler = null;
 
-// ---- request shapes (as fixture_data.form / .sample build them) -----------
-
-const form = (message, properties, required) => ({
-    method: 'elicitation/create',
-    params: { message, requestedSchema: { type: 'object', properties, required } }
-});
-const sample = (text, maxTokens) => ({
-    method: 'sampling/createMessage',
-    params: { messages: [{ role: 'user', content: { type: 'text', text } }], maxTokens }
-});
 const ANSWER_KIND = { 'elicitation/create': 'elicit', 'sampling/createMessage': 'sampling', 'roots/list': 'roots' };
-
-// fixture_data.answer_text / sampled_text / root_count / elicitation_summary
-const answerText = (answer, field, fallback = 'unknown') => {
-    const value = answer?.content?.[field];
-    return typeof value === 'string' ? value : fallback;
-};
-const sampledText = answer => (typeof answer?.content?.text === 'string' ? answer.content.text : 'no response');
-const rootCount = answer => (Array.isArray(answer?.roots) ? answer.roots.length : 0);
-const elicitationSummary = answer => `action=${answer.action}, content=${pyJson(answer.content ?? {})}`;
-// json.dumps spacing (", " and ": ") so the texts match the Python fixtures.
-const pyJson = value => {
-    if (Array.isArray(value)) return `[${value.map(pyJson).join(', ')}]`;
-    if (value !== null && typeof value === 'object') {
-        return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${pyJson(v)}`).join(', ')}}`;
-    }
-    return JSON.stringify(value);
-};
 
 const text = t => ({ content: [{ type: 'text', text: t }] });
 
