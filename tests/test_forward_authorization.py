@@ -241,3 +241,52 @@ def test_a_401_is_an_authorization_refusal_whatever_its_body() -> None:
     assert http_binding.auth_refusal(http_wire.refusal_reply(7, 400, None)) is None
     forged = wire.error_response(7, -32600, "x", {"reason": "upstream-unauthorized", "status": 401})
     assert http_binding.auth_refusal(forged) is None
+
+
+async def test_a_legacy_client_session_is_bound_to_its_credential() -> None:
+    """A legacy client's session (2025-11-25 "Session Management") belongs to
+    the credential that opened it: its calls reach the modern upstream with
+    that credential, and the session id under another credential is unknown
+    (404), so a stolen session id is worth nothing without its token."""
+    upstream = AuthGate(
+        ModernHttp(tools=[HELLO_TOOL], calls={"hello": hello}),
+        frozenset({"Bearer alice-token", "Bearer bob-token"}),
+    )
+    legacy = {"accept": ACCEPT, "content-type": "application/json"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "ide-plugin", "version": "1"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "hello", "arguments": {}},
+    }
+    async with serve(upstream) as server, sidecar(server.url) as (client, _):
+        alice = {**legacy, "authorization": "Bearer alice-token"}
+        opened = await client.post("/mcp", json=init, headers=alice)
+        assert opened.status_code == 200, opened.text
+        session = {"mcp-session-id": opened.headers["mcp-session-id"]}
+        session["mcp-protocol-version"] = opened.json()["result"]["protocolVersion"]
+        done = await client.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers={**alice, **session},
+        )
+        assert done.status_code == 202
+        ok = await client.post("/mcp", json=call, headers={**alice, **session})
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["result"]["content"][0]["text"] == "hello"
+        bob = {**legacy, **session, "authorization": "Bearer bob-token"}
+        stolen = await client.post("/mcp", json=call, headers=bob)
+        anonymous = await client.post("/mcp", json=call, headers={**legacy, **session})
+    assert stolen.status_code == 404 and anonymous.status_code == 404
+    calls = server.posts("tools/call")
+    assert [r.header("authorization") for r in calls] == ["Bearer alice-token"]

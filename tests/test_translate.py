@@ -79,6 +79,26 @@ def test_strip_keeps_every_foreign_meta_key(meta: dict[str, Any], body: dict[str
     assert era.PROTOCOL_VERSION in params["_meta"]
 
 
+@given(
+    foreign_meta,
+    st.dictionaries(st.text(max_size=5).filter(lambda k: k != "_meta"), json_values, max_size=4),
+    json_values,
+)
+def test_params_to_legacy_drops_only_task_and_protocol_keys(
+    meta: dict[str, Any], body: dict[str, Any], task: Any
+) -> None:
+    """A modern request's params for a legacy server: `task` (a task-augmented
+    request in 2025-11-25) and the protocol `_meta` keys go, nothing else."""
+    params = {**body, "task": task, "_meta": {**meta, era.PROTOCOL_VERSION: "2026-07-28"}}
+    out = translate.params_to_legacy(params)
+    assert out is not None and "task" not in out
+    assert out.get("_meta", {}) == meta
+    assert {k: v for k, v in out.items() if k != "_meta"} == {
+        k: v for k, v in body.items() if k != "task"
+    }
+    assert params["task"] == task  # the caller's dict is not mutated
+
+
 def test_strip_leaves_plain_params_untouched() -> None:
     params = {"name": "x", "_meta": {"progressToken": 3, "traceparent": "00-ab"}}
     assert translate.strip_modern_meta(params) is params
