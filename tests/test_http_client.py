@@ -5,12 +5,17 @@ exchange can fail (RFC 9112 message framing, RFC 9110 §15.4 redirects)."""
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import anyio.abc
 import pytest
+from anyio.streams.tls import TLSListener
 
 from gateway.backs.http_client import HttpClient, HttpClientError, Timeout
 
@@ -243,3 +248,53 @@ async def test_failures_are_client_errors_within_their_bounds() -> None:
     with pytest.raises(HttpClientError, match="not an http"):
         await client.request("GET", "ftp://example/", headers={}, timeout=quick)
     await client.aclose()
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    assert openssl, "the TLS test needs the openssl command to make a certificate"
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_upstream_is_verified(tmp_path: Path) -> None:
+    """An https:// upstream: TLS with the certificate checked against the
+    trusted CAs and the host name (an unknown certificate is an error)."""
+    cert, key = _self_signed(tmp_path)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    seen: list[bytes] = []
+    handle = echo_server(seen)
+    listener = TLSListener(
+        await anyio.create_tcp_listener(local_host="127.0.0.1"),
+        server_ctx,
+        standard_compatible=False,
+    )
+    port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+    url = f"https://127.0.0.1:{port}/mcp"
+
+    async def serve(stream: anyio.abc.ByteStream) -> None:
+        async with stream:
+            await handle(stream, 1)  # type: ignore[arg-type]
+
+    trusting = HttpClient(ssl_context=ssl.create_default_context(cafile=str(cert)))
+    default = HttpClient()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        reply = await trusting.request("POST", url, headers={}, content=b"secret", timeout=T)
+        assert reply.status_code == 200 and await reply.aread() == b"secret"
+        with pytest.raises(HttpClientError, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
+            await default.request("POST", url, headers={}, content=b"x", timeout=T)
+        tg.cancel_scope.cancel()
+    await trusting.aclose()
+    await default.aclose()
+    assert len(seen) == 1
