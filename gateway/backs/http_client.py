@@ -1,10 +1,12 @@
 """The HTTP back's HTTP/1.1 client: keep-alive connections over anyio, the
 protocol itself done by h11.
 
-Why not httpx: measured on the benchmark machine, one MCP POST through
-httpx.AsyncClient cost ~1.4 ms of CPU against ~0.35 ms for the same exchange
-written as one h11 request in a single send, and that hop decided the HTTP ↔
-HTTP figures (bench/RESULTS-http.md). What the back needs is small: POST and
+Why not httpx: one MCP POST to a fast server, one at a time, cost 0.80 ms of
+CPU through httpx.AsyncClient, 0.52 ms through httpcore's pool alone, and
+0.32 ms as one h11 request written in a single send (quiet benchmark machine);
+at 32 in flight httpx's pool scan made it worse, and the gateway's HTTP ↔ HTTP
+hop went from 1.87 to 0.50 ms of CPU per request when it changed
+(bench/RESULTS-http.md). What the back needs is small: POST and
 GET with streamed bodies (SSE), DELETE, keep-alive per origin, TLS, redirects,
 bounded connect and write waits. h11 (the state machine httpcore and uvicorn
 use) does the parsing and framing, so nothing here reads HTTP by hand.
