@@ -232,7 +232,9 @@ class HttpClient:
         fields = [("Host", host), *headers.items()]
         if content or method in ("POST", "PUT", "PATCH"):
             fields.append(("Content-Length", str(len(content))))
-        while True:  # a stale pooled connection is replaced once; a fresh one is final
+        # A pooled connection that fails before any answer is replaced (there are
+        # at most max_idle of them); a failure on a fresh one is final.
+        while True:
             connection = await self._acquire(origin, timeout.connect)
             reused = connection.used
             connection.used = True
@@ -248,7 +250,7 @@ class HttpClient:
                 except h11.LocalProtocolError as exc:
                     raise HttpClientError(f"cannot send this request: {exc}") from None
                 with anyio.fail_after(timeout.write):
-                    await connection.stream.send(data or b"")
+                    await connection.stream.send(data)
                 while True:
                     event = await connection.receive_event(timeout.read)
                     if isinstance(event, h11.Response):
