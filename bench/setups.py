@@ -166,7 +166,7 @@ def mrtr_group(profile_to: Path | None = None) -> MrtrGroup:
         ),
         Run(
             "mrtr-gw-w1ms",
-            "as mrtr-gw, with input_batch_window = 0",
+            "as mrtr-gw, with input_batch_window = 0.001 (1 ms)",
             "modern",
             gateway(legacy, profile_to, "mrtr-gw-w1ms", "--config", str(WINDOW_CONFIG)),
             "gateway",
