@@ -109,7 +109,9 @@ class _Connection:
         return bool(readable)
 
     async def receive_event(self, read_timeout: float | None) -> h11.Event | type[h11.PAUSED]:
-        while True:
+        while (
+            True
+        ):  # each pass reads once, within read_timeout (None: the caller's scope bounds it)
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return cast("h11.Event | type[h11.PAUSED]", event)
@@ -194,7 +196,7 @@ class HttpClient:
 
         async def body() -> AsyncGenerator[bytes, None]:
             nonlocal done
-            while True:
+            while True:  # ends at the body's end, a close, or an error
                 try:
                     event = await connection.receive_event(timeout.read)
                 except TimeoutError:
@@ -251,7 +253,7 @@ class HttpClient:
                     raise HttpClientError(f"cannot send this request: {exc}") from None
                 with anyio.fail_after(timeout.write):
                     await connection.stream.send(data)
-                while True:
+                while True:  # ends at the response head (informational 1xx are skipped)
                     event = await connection.receive_event(timeout.read)
                     if isinstance(event, h11.Response):
                         return connection, event.status_code, _headers(event.headers)
