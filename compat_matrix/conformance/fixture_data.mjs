@@ -4,10 +4,19 @@
 // two in sync), and the helpers that build and read the requests the
 // fixtures send, written once for both SDKs.
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
+
+// The SDKs come from the peers cache ($MCP_PEERS_DIR/node, default
+// <repo>/.peers/node; see peers/install.sh). ESM `import` ignores NODE_PATH,
+// so they are loaded through a require() rooted there (CommonJS builds).
+const peersNode = process.env.MCP_PEERS_DIR
+    ? join(resolve(process.env.MCP_PEERS_DIR), 'node')
+    : join(here, '..', '..', '.peers', 'node');
+export const requirePeer = createRequire(join(peersNode, 'package.json'));
 
 export const fx = JSON.parse(readFileSync(join(here, 'fixture_data.json'), 'utf8'));
 

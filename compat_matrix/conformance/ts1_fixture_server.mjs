@@ -16,31 +16,21 @@
 // GET stream, DELETE), behind a Host/Origin check that only lets localhost in
 // (403 otherwise), as py1's FastMCP does. Stdout carries only the protocol in
 // stdio mode; diagnostics go to stderr.
-//
-// The SDK is looked up in the peers cache ($MCP_PEERS_DIR/node, default
-// <repo>/.peers/node; see peers/install.sh). ESM `import` ignores NODE_PATH,
-// so it is loaded through a require() rooted at that folder (CommonJS build).
 import { randomUUID } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
-import { createRequire } from 'node:module';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
     answerText,
     elicitationSummary,
     form,
     fx,
     pyJson as pyDumps,
+    requirePeer,
     rootCount,
     sample,
     sampledText
 } from './fixture_data.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const peersNode = process.env.MCP_PEERS_DIR
-    ? join(resolve(process.env.MCP_PEERS_DIR), 'node')
-    : join(here, '..', '..', '.peers', 'node');
-const require = createRequire(join(peersNode, 'package.json'));
+const require = requirePeer;
 
 const { McpServer, ResourceTemplate } = require('@modelcontextprotocol/sdk/server/mcp.js');
 const { completable } = require('@modelcontextprotocol/sdk/server/completable.js');

@@ -31,26 +31,19 @@
 // sync). Logs go to stderr only.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
-import { createRequire } from 'node:module';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
     answerText,
     elicitationSummary,
     form,
     fx,
     pyJson,
+    requirePeer,
     rootCount,
     sample,
     sampledText
 } from './fixture_data.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const peersNode = process.env.MCP_PEERS_DIR
-    ? join(resolve(process.env.MCP_PEERS_DIR), 'node')
-    : join(here, '..', '..', '.peers', 'node');
-// ESM `import` ignores NODE_PATH: load the SDK's CommonJS build from the peers cache.
-const require = createRequire(join(peersNode, 'package.json'));
+const require = requirePeer;
 const {
     CLIENT_CAPABILITIES_META_KEY,
     McpServer,
