@@ -10,16 +10,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import era, wire
-from gateway.backs.stdio_back import ServerExited
+from gateway.backs.stdio_back import ServerExited, ServerOutput
 from gateway.config import Config
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
@@ -51,14 +52,29 @@ class Recorder(list[wire.Message]):
                 await self._changed.wait()
 
 
+    async def wait_for_reply(self, msg_id: wire.RequestId, timeout: float = 2) -> wire.Message:
+        """The gateway's answer to the script's request `msg_id`."""
+        with anyio.fail_after(timeout):
+            while True:  # each pass waits for a new message
+                for msg in self:
+                    if "method" not in msg and msg.get("id") == msg_id:
+                        return msg
+                await self._changed.wait()
+
+
 class ScriptedServer:
     """The gateway's view: a ServerConnection. The script's view: recv/send."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
         self.pid = next(_pids)
         self.tap: Callable[[str, wire.Message], None] | None = None
         self._in_send, self._in_recv = anyio.create_memory_object_stream[wire.Message](math.inf)
-        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message](math.inf)
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message | bytes](
+            math.inf
+        )
+        # What the script writes goes through the stdio back's own framing and
+        # screening, so a script can be as hostile as a real process.
+        self._output = ServerOutput(max_bytes, self._answered, label=f"pid {self.pid}")
         self.closed = False
         self._asked: dict[wire.RequestId, tuple[anyio.Event, list[wire.Message]]] = {}
         self._next_ask = 0
@@ -82,16 +98,27 @@ class ScriptedServer:
     def uncork(self) -> None:
         return None
 
+    def _answered(self, msg: wire.Message) -> None:
+        """The gateway's answer to a malformed request of the script's."""
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._in_send.send_nowait(msg)
+
     async def receive_batch(self) -> list[wire.Message]:
-        try:
-            batch = [await self._out_recv.receive()]
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise ServerExited(1) from None
-        while True:  # take what is already there, as one pipe read would
+        batch: list[wire.Message] = []
+        while not batch:  # each pass takes what one pipe read would
             try:
-                batch.append(self._out_recv.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                return batch
+                items = [await self._out_recv.receive()]
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise ServerExited(1) from None
+            while True:
+                try:
+                    items.append(self._out_recv.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+            for item in items:
+                data = item if isinstance(item, bytes) else wire.encode(item)
+                batch += self._output.feed(data)
+        return batch
 
     async def run_background(self) -> None:
         return None
@@ -111,6 +138,10 @@ class ScriptedServer:
 
     async def emit(self, msg: wire.Message) -> None:
         await self._out_send.send(msg)
+
+    async def emit_raw(self, data: bytes) -> None:
+        """Write bytes as they are (junk, half lines, huge or deep JSON)."""
+        await self._out_send.send(data)
 
     async def ask(self, method: str, params: dict[str, Any] | None = None) -> wire.Message:
         """Send a server-to-client request; the script's main loop routes the reply."""
@@ -146,9 +177,10 @@ class Upstream:
     behaviour: Behaviour
     tg: TaskGroup
     spawned: list[ScriptedServer] = field(default_factory=list)
+    max_bytes: int = 4 * 1024 * 1024
 
     async def connect(self) -> ScriptedServer:
-        server = ScriptedServer()
+        server = ScriptedServer(self.max_bytes)
         self.spawned.append(server)
 
         async def run() -> None:
@@ -348,17 +380,33 @@ class Client:
         return reply
 
 
+def encoding_link(stream: MemoryObjectSendStream[wire.Message]) -> ClientLink:
+    """A link that puts each message through JSON, as the real fronts do: what
+    the gateway cannot encode fails here as it would on stdout or HTTP."""
+
+    async def send(msg: wire.Message) -> None:
+        await stream.send(orjson.loads(wire.encode(msg)))
+
+    def send_nowait(msg: wire.Message) -> None:
+        stream.send_nowait(orjson.loads(wire.encode(msg)))
+
+    return ClientLink(send=send, send_nowait=send_nowait, transport="test")
+
+
 @asynccontextmanager
-async def gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Client]:
+async def gateway(
+    behaviour: Behaviour, *, encode: bool = False, **config: Any
+) -> AsyncIterator[Client]:
+    """`encode=True`: the client's messages go through JSON (see encoding_link)."""
     cfg = Config(
         command=("scripted",),
         **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
     )
     async with anyio.create_task_group() as tg:
-        upstream = Upstream(behaviour, tg)
+        upstream = Upstream(behaviour, tg, max_bytes=cfg.max_message_bytes)
         service = GatewayService(cfg, connect=upstream.connect)
         send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
+        link = encoding_link(send) if encode else ClientLink.over_stream(send, transport="test")
         service.links.add(link)
         await service.start(tg)
         async with anyio.create_task_group() as requests:

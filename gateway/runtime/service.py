@@ -13,9 +13,10 @@ import structlog
 from gateway import era, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
-from gateway.core import routing
+from gateway.core import routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
+from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import (
     CURRENT_REQUEST,
     ClientLink,
@@ -75,6 +76,8 @@ class GatewayService:
         self.pool.on_session_lost = self._session_lost
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
+        # What a misbehaving server sends can repeat without end: one line a minute.
+        self._junk_log = LogLimiter(log)
 
     # -- client side -----------------------------------------------------
     async def handle_client_message(
@@ -522,12 +525,31 @@ class GatewayService:
     async def _on_server_message(self, session: UpstreamSession, msg: wire.Message) -> None:
         """Runs on the upstream reader: never blocks for long."""
         if "id" in msg:
+            refusal = upstream_checks.server_request_problem(msg)
+            if refusal is not None:
+                self._junk_log.warning(
+                    "server request with bad params refused",
+                    method=msg["method"][:100],
+                    error=refusal["error"]["message"],
+                    session=session.label,
+                )
+                await session.respond(refusal)
+                return
             if msg["method"] == "ping":
                 # DESIGN §5.1.5: the gateway answers the legacy server's ping itself.
                 await session.respond(wire.result_response(msg["id"], {}))
                 return
             assert self._tg is not None
             self._tg.start_soon(self._serve_server_request, session, msg)
+            return
+        problem = upstream_checks.notification_problem(msg)
+        if problem is not None:
+            self._junk_log.warning(
+                "malformed server notification dropped",
+                method=msg["method"][:100],
+                why=problem,
+                session=session.label,
+            )
             return
         await self._route_server_notification(session, msg)
 
@@ -749,7 +771,7 @@ def _wants_log(link: ClientLink, session: UpstreamSession, level: Any) -> bool:
     gets messages while such a request runs; a legacy client asked once for its
     session with logging/setLevel.
     """
-    if level not in era.LOG_RANK:
+    if not isinstance(level, str) or level not in era.LOG_RANK:
         return False
     rank = era.LOG_RANK[level]
     if link.session is not None:
