@@ -435,3 +435,25 @@ async def test_server_that_writes_its_reply_then_dies_delivers_it_and_fails_the_
 
 def _meta() -> dict[str, Any]:
     return {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+
+
+async def test_server_that_dies_right_after_a_request_does_not_crash_the_gateway() -> None:
+    """Found by the fuzz suite: a server writes a request and exits in the same
+    breath. The gateway's answer (here -32601 for an unknown method) is
+    written before its reader has seen the exit; on main that write raised
+    ServerExited in a service task and took the whole gateway down. Now the
+    answer is dropped (nobody is left to hear it), the call fails with
+    upstream-failed, and the next one restarts the server."""
+
+    async def ask_and_die(server: ScriptedServer, msg: wire.Message) -> dict[str, Any] | None:
+        if msg["params"]["name"] == "ok":
+            return await ok(server, msg)
+        await server.emit_raw(b'{"jsonrpc": "2.0", "id": "srv-1", "method": "no/such"}\n')
+        server.die()
+        return None
+
+    async with gateway(legacy_server({"tools/call": ask_and_die})) as c:
+        failed = await c.call("tools/call", {"name": "die"}, timeout=3)
+        again = await c.call("tools/call", {"name": "ok"}, timeout=3)
+    assert failed["error"]["data"]["reason"] == "upstream-failed"
+    assert again["result"]["content"][0]["text"] == "fine"
