@@ -19,6 +19,7 @@ import structlog.testing
 
 from gateway import era, wire
 from gateway.core.upstream_checks import MAX_DEPTH
+from gateway.runtime.client_link import ClientLink
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -457,3 +458,39 @@ async def test_server_that_dies_right_after_a_request_does_not_crash_the_gateway
         again = await c.call("tools/call", {"name": "ok"}, timeout=3)
     assert failed["error"]["data"]["reason"] == "upstream-failed"
     assert again["result"]["content"][0]["text"] == "fine"
+
+
+async def test_server_request_belongs_to_the_calls_running_when_it_arrived() -> None:
+    """Found by the fuzz suite: a server writes a request during call A and,
+    in the same write, A's reply. On main the request was attributed when its
+    task ran, after the reply had ended A: client 2's call B was then the
+    only one left, and was failed with -32021 for a request it never caused.
+    Ownership is now read in wire order, when the request arrives: with two
+    clients' calls in progress it belongs to no single one and is refused."""
+    release = anyio.Event()
+    seen = Recorder()
+
+    async def calls(server: ScriptedServer, msg: wire.Message) -> dict[str, Any] | None:
+        if msg["params"]["name"] == "b":
+            await release.wait()
+            return {"content": [{"type": "text", "text": "b"}]}
+        ask = orjson.dumps({"jsonrpc": "2.0", "id": "srv-roots", "method": "roots/list"})
+        done = orjson.dumps(wire.result_response(msg["id"], {"content": []}))
+        await server.emit_raw(ask + b"\n" + done + b"\n")
+        return None
+
+    async with gateway(legacy_server({"tools/call": calls}, log=seen)) as c:
+        out, inbox = anyio.create_memory_object_stream[wire.Message](10)
+        other = ClientLink.over_stream(out, transport="test")
+        c.service.links.add(other)
+        call_b = wire.request("b", "tools/call", {"name": "b", "_meta": _meta()})
+        await c.service.handle_client_message(other, call_b, c.requests)
+        await seen.wait_for("tools/call")
+        first = await c.call("tools/call", {"name": "a"}, timeout=3)
+        refusal = await seen.wait_for_reply("srv-roots")
+        release.set()
+        with anyio.fail_after(3):
+            second = await inbox.receive()
+    assert first["result"]["content"] == []
+    assert second["id"] == "b" and second["result"]["content"][0]["text"] == "b"
+    assert refusal["error"]["code"] == wire.METHOD_NOT_FOUND

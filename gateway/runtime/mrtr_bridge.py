@@ -322,6 +322,17 @@ class MrtrBridge:
     # -- server requests during a bridged call ------------------------------------
     async def on_server_request(self, entry: HeldEntry, msg: wire.Message) -> None:
         """A legacy server's request while `entry` holds its session."""
+        if entry.finished.is_set() or entry.closed:
+            # It came during the call, and the call ended before it could be
+            # served: nobody will answer it, so say so now.
+            await entry.session.respond(
+                wire.error_response(
+                    msg["id"],
+                    wire.INTERNAL_ERROR,
+                    "No client answer: the call it belonged to has ended",
+                )
+            )
+            return
         outcome = entry.call.add_ask(msg)
         if isinstance(outcome, core.Prefilled):
             await entry.session.respond(wire.result_response(msg["id"], outcome.result))

@@ -5,6 +5,7 @@ This is the one layer that awaits; every wait in it has a bound."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -540,7 +541,11 @@ class GatewayService:
                 await session.respond(wire.result_response(msg["id"], {}))
                 return
             assert self._tg is not None
-            self._tg.start_soon(self._serve_server_request, session, msg)
+            # Who a request can belong to is read now, in wire order: by the
+            # time its task runs, the reader may have delivered the reply
+            # that ended the call it came during.
+            claim = _Claim.at_arrival(session, self._sole_owner(session))
+            self._tg.start_soon(self._serve_server_request, session, msg, claim)
             return
         problem = upstream_checks.notification_problem(msg)
         if problem is not None:
@@ -553,11 +558,13 @@ class GatewayService:
             return
         await self._route_server_notification(session, msg)
 
-    async def _serve_server_request(self, session: UpstreamSession, msg: wire.Message) -> None:
+    async def _serve_server_request(
+        self, session: UpstreamSession, msg: wire.Message, claim: _Claim
+    ) -> None:
         msg_id = msg["id"]
         method = msg["method"]
         feature = era.CLIENT_FEATURE_METHODS.get(method)
-        holder = session.lease.holder
+        holder = claim.holder
         if feature is None:
             reply: wire.Message | None = wire.error_response(
                 msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method}"
@@ -567,8 +574,8 @@ class GatewayService:
             await self.bridge.on_server_request(holder, msg)
             return
         else:
-            owner = holder if isinstance(holder, ClientLink) else self._sole_owner(session)
-            reply = await self._serve_for(owner, session, msg, feature)
+            owner = holder if isinstance(holder, ClientLink) else claim.sole_owner
+            reply = await self._serve_for(owner, session, msg, feature, claim.calls)
         if reply is not None:
             await session.respond(reply)
 
@@ -583,7 +590,12 @@ class GatewayService:
         return owner if isinstance(owner, ClientLink) else None
 
     async def _serve_for(
-        self, owner: ClientLink | None, session: UpstreamSession, msg: wire.Message, feature: str
+        self,
+        owner: ClientLink | None,
+        session: UpstreamSession,
+        msg: wire.Message,
+        feature: str,
+        calls_at_arrival: dict[object, list[int]],
     ) -> wire.Message | None:
         msg_id = msg["id"]
         method = msg["method"]
@@ -601,7 +613,7 @@ class GatewayService:
         elif owner is None:
             why = "no single client call it can belong to"
         else:
-            calls = session.calls_of(owner)
+            calls = calls_at_arrival.get(owner, [])
             missing = mrtr_core.check_capability({}, method, msg.get("params"))
             # A request from the HTTP GET stream names no call (2025-11-25: it
             # SHOULD be unrelated to running ones; server-everything asks for
@@ -762,6 +774,26 @@ class GatewayService:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """Who could own a server request when it arrived: the session's lease
+    holder, the one client with calls on it (if only one), and their calls."""
+
+    holder: object | None
+    sole_owner: ClientLink | None
+    calls: dict[object, list[int]]
+
+    @classmethod
+    def at_arrival(cls, session: UpstreamSession, sole_owner: ClientLink | None) -> _Claim:
+        owner = session.lease.holder
+        if not isinstance(owner, ClientLink):
+            owner = sole_owner
+        calls: dict[object, list[int]] = {}
+        if owner is not None:
+            calls[owner] = session.calls_of(owner)
+        return cls(session.lease.holder, sole_owner, calls)
 
 
 def _wants_log(link: ClientLink, session: UpstreamSession, level: Any) -> bool:
