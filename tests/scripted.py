@@ -51,7 +51,6 @@ class Recorder(list[wire.Message]):
                         return msg
                 await self._changed.wait()
 
-
     async def wait_for_reply(self, msg_id: wire.RequestId, timeout: float = 2) -> wire.Message:
         """The gateway's answer to the script's request `msg_id`."""
         with anyio.fail_after(timeout):
@@ -380,7 +379,9 @@ class Client:
         return reply
 
 
-def encoding_link(stream: MemoryObjectSendStream[wire.Message]) -> ClientLink:
+def encoding_link(
+    stream: MemoryObjectSendStream[wire.Message], principal: str = "local"
+) -> ClientLink:
     """A link that puts each message through JSON, as the real fronts do: what
     the gateway cannot encode fails here as it would on stdout or HTTP."""
 
@@ -390,7 +391,7 @@ def encoding_link(stream: MemoryObjectSendStream[wire.Message]) -> ClientLink:
     def send_nowait(msg: wire.Message) -> None:
         stream.send_nowait(orjson.loads(wire.encode(msg)))
 
-    return ClientLink(send=send, send_nowait=send_nowait, transport="test")
+    return ClientLink(send=send, send_nowait=send_nowait, transport="test", principal=principal)
 
 
 @asynccontextmanager
@@ -414,3 +415,30 @@ async def gateway(
             requests.cancel_scope.cancel()
         await service.aclose()
         tg.cancel_scope.cancel()
+
+
+def tables(service: GatewayService, links: list[ClientLink]) -> dict[str, Any]:
+    """Every table that must be empty once no call is in progress: pending
+    upstream calls, progress routes, session leases, parked calls, in-flight
+    client calls, server requests forwarded to clients."""
+    out: dict[str, Any] = {"held": list(service.bridge.held)}
+    for session in service.pool.sessions.values():
+        out[f"{session.label} pending"] = [c.method for c in session.pending.values()]
+        out[f"{session.label} progress"] = list(session.progress)
+        out[f"{session.label} holder"] = session.lease.holder
+        out[f"{session.label} readers"] = session.lease.readers
+    for link in links:
+        out[f"link {link.id} inflight"] = list(link.inflight)
+        out[f"link {link.id} server requests"] = list(link.server_requests)
+    return out
+
+
+async def wait_tables_empty(service: GatewayService, links: list[ClientLink], bound: float) -> None:
+    """Wait (at most `bound`: parked calls and forwarded server requests end
+    on their own timers) for every table to be empty; fail saying what is left."""
+    for _ in range(max(1, int(bound / 0.01))):
+        if not any(tables(service, links).values()):
+            return
+        await anyio.sleep(0.01)
+    left = {k: v for k, v in tables(service, links).items() if v}
+    raise AssertionError(f"still held: {left}")

@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -94,6 +95,9 @@ class MrtrBridge:
             raw = key.encode()
         self.sealer = Sealer(raw, config.instance_id or secrets.token_hex(6))
         self.held: dict[str, HeldEntry] = {}
+        # Parked calls whose upstream failed: their slot is free, and their
+        # retry gets this failure (oldest dropped first).
+        self._failed: OrderedDict[str, wire.Message] = OrderedDict()
         self.rounds = 0
 
     def start(self, tg: TaskGroup) -> None:
@@ -184,7 +188,14 @@ class MrtrBridge:
             )
         assert self._tg is not None
         self._tg.start_soon(self._run_upstream, entry)
-        return await self._wait(msg_id, entry)
+        try:
+            return await self._wait(msg_id, entry)
+        except anyio.get_cancelled_exc_class():
+            # The client cancelled (or went away): the call's work stops, and
+            # the session it holds is free again (2026-07-28 "Cancellation").
+            with anyio.CancelScope(shield=True):
+                await self._close(entry, "cancelled by the client")
+            raise
 
     async def _run_upstream(self, entry: HeldEntry) -> None:
         # A parked call may wait for its client for state_ttl per round; this is
@@ -198,6 +209,12 @@ class MrtrBridge:
                     )
                 except (UpstreamGone, UpstreamTimeout) as exc:
                     entry.reply = failure_reply(exc)
+                    if self._parked(entry):
+                        # Nobody waits on it and it cannot be continued: free
+                        # its slot now, not when its state expires; its retry
+                        # still hears why.
+                        self._remember_failure(entry, entry.reply)
+                        self._forget(entry)
         finally:
             entry.session.lease.release_exclusive(entry)
             entry.finished.set()
@@ -400,6 +417,9 @@ class MrtrBridge:
             call = self._new_call(link, msg, decision, replay=answers, replay_round=claims.round)
             return await self._run(msg_id, HeldEntry(call, link, decision, session))
         entry = self.held.get(claims.handle)
+        failed = self._failed.pop(claims.handle, None) if entry is None else None
+        if failed is not None:
+            return {**failed, "id": msg_id}
         if entry is None or entry.closed:
             return _invalid(
                 msg_id,
@@ -458,6 +478,17 @@ class MrtrBridge:
             self._tg.start_soon(self._watch, entry, deadline)
         else:
             entry.watch.deadline = deadline
+
+    def _remember_failure(self, entry: HeldEntry, reply: wire.Message) -> None:
+        assert entry.call.handle is not None
+        self._failed[entry.call.handle] = reply
+        while len(self._failed) > self.config.max_parked_calls:  # bounded like the slots
+            self._failed.popitem(last=False)
+
+    def _parked(self, entry: HeldEntry) -> bool:
+        """Parked for its client's retry, and no retry is in progress."""
+        handle = entry.call.handle
+        return handle is not None and self.held.get(handle) is entry and not entry.busy
 
     def _hold_watch(self, entry: HeldEntry) -> None:
         if entry.watch is not None:
