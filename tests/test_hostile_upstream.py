@@ -10,6 +10,8 @@ other calls and the operator's log get."""
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 import anyio
@@ -18,8 +20,12 @@ import pytest
 import structlog.testing
 
 from gateway import era, wire
+from gateway.config import Config
 from gateway.core.upstream_checks import MAX_DEPTH
+from gateway.fronts.http_front import HttpFront
 from gateway.runtime.client_link import ClientLink
+from gateway.runtime.metrics import Metrics
+from gateway.runtime.service import GatewayService
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -494,3 +500,103 @@ async def test_server_request_belongs_to_the_calls_running_when_it_arrived() -> 
     assert first["result"]["content"] == []
     assert second["id"] == "b" and second["result"]["content"][0]["text"] == "b"
     assert refusal["error"]["code"] == wire.METHOD_NOT_FOUND
+
+
+# -- real processes: what only a pipe can do ---------------------------------------
+
+# A legacy server in a few lines: answers initialize, then does to each
+# tools/call what its name says.
+STDIO_SERVER = r"""
+import json, os, sys, time
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg or "method" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "pipe", "version": "1"}}
+    elif msg["method"] == "tools/call":
+        name = msg["params"]["name"]
+        if name == "close-stdout":
+            sys.stdout.flush()
+            os.close(1)
+            time.sleep(0.3)
+            sys.exit(0)
+        if name == "say-then-die":
+            print(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
+                              "result": {"content": [{"type": "text", "text": "last words"}]}}))
+            print("not json, on the way out")
+            sys.stdout.flush()
+            os._exit(3)
+        result = {"content": [{"type": "text", "text": name}]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
+                          "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
+    """Each named tools/call, in turn, through a gateway over a real process."""
+    cfg = Config(
+        command=(sys.executable, "-c", STDIO_SERVER),
+        upstream_era="legacy",
+        request_timeout=5,
+        restart_backoff_initial=0.01,
+        upstream_exit_grace=0.5,
+    )
+    replies: list[wire.Message] = []
+    async with anyio.create_task_group() as tg:
+        service = GatewayService(cfg)
+        out, inbox = anyio.create_memory_object_stream[wire.Message](math.inf)
+        link = ClientLink.over_stream(out, transport="test")
+        service.links.add(link)
+        await service.start(tg)
+        async with anyio.create_task_group() as requests:
+            for n, name in enumerate(names):
+                meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+                msg = wire.request(n, "tools/call", {"name": name, "_meta": meta})
+                await service.handle_client_message(link, msg, requests)
+                with anyio.fail_after(8):
+                    replies.append(await inbox.receive())
+            requests.cancel_scope.cancel()
+        await service.aclose()
+        tg.cancel_scope.cancel()
+    return replies
+
+
+async def test_server_that_closes_stdout_mid_call_fails_it_and_is_replaced() -> None:
+    """A server that closes its stdout in the middle of a call: the call fails
+    with upstream-failed (bounded: the gateway waits at most 5 s for the exit
+    that a closed stdout announces), and the next call gets a new process."""
+    closed, after = await _stdio_gateway_call("close-stdout", "again")
+    assert closed["error"]["data"]["reason"] == "upstream-failed"
+    assert after["result"]["content"][0]["text"] == "again"
+
+
+async def test_server_that_writes_then_dies_is_heard_to_the_end() -> None:
+    """A server that writes its reply (and a junk line) then dies: the reply
+    still reaches the client, the junk is skipped, and the next call starts
+    a new process."""
+    last, after = await _stdio_gateway_call("say-then-die", "again")
+    assert last["result"]["content"][0]["text"] == "last words"
+    assert after["result"]["content"][0]["text"] == "again"
+
+
+def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None:
+    """The HTTP front learns x-mcp-header annotations from tools/list results
+    (2026-07-28 "Custom Headers from Tool Parameters"): results of the wrong
+    shape are passed on, and teach it nothing."""
+    front = HttpFront(GatewayService(Config(command=("x",), state_key="k" * 32)), Metrics())
+    tools: list[Any] = [
+        1,
+        None,
+        {"name": 5},
+        {"name": "t", "inputSchema": "schema"},
+        {"name": "u", "inputSchema": {"properties": {"a": {"x-mcp-header": ["H"]}, "b": 5}}},
+        {"name": "v", "inputSchema": {"properties": {"a": {"x-mcp-header": "Region"}}}},
+    ]
+    for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
+        front._observe({"jsonrpc": "2.0", "id": 1, "result": result})
+    assert front._tools == {"t": {}, "u": {}, "v": {"mcp-param-region": "a"}}
