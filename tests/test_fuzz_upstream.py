@@ -253,6 +253,15 @@ actions_before = st.lists(
 ending = st.one_of(
     reply_to_call().map(lambda f: Action("line", f)),
     deep_message(("reply",)).map(lambda f: Action("line", f)),
+    st.just(
+        Action(
+            "line",
+            lambda call_id: (
+                b'{"jsonrpc":"2.0","id":%d,"result":{"x":"%s"}}'
+                % (call_id, b"a" * (MAX_BYTES + 10))
+            ),
+        )
+    ),
     st.just(Action("silence")),
     st.just(Action("die")),
 )

@@ -284,10 +284,35 @@ async def test_deeply_nested_server_request_and_notification_are_refused() -> No
     assert reply["result"]["content"] == []
 
 
-async def test_oversized_reply_is_skipped_and_its_call_bounded_by_the_timeout() -> None:
-    """An over-long line is skipped as it streams past (never buffered); the
-    call it carried ends with the timeout error, and the next call works."""
-    big = '{"jsonrpc": "2.0", "id": {id}, "result": {"x": "' + "a" * 5000 + '"}}'
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"jsonrpc": "2.0", "id": {id}, "result": {"x": "' + "a" * 5000 + '"}}',
+        '{"result": {"x": "' + "a" * 5000 + '"}, "jsonrpc": "2.0", "id": {id}}',
+        '{"jsonrpc": "2.0", "id": {id}, "error": {"code": 1, "message": "' + "a" * 5000 + '"}}',
+    ],
+    ids=["python-order", "typescript-order", "error"],
+)
+async def test_oversized_reply_that_names_its_call_fails_it_at_once(line: str) -> None:
+    """An over-long line is skipped as it streams past (never buffered), but
+    its first and last bytes are kept: where they show a reply and its id (as
+    both SDKs write them), that call fails at once with upstream-malformed
+    instead of waiting out its timeout. The session goes on."""
+    router = tool_router(big=raw_tool(line), ok=ok)
+    behaviour = legacy_server({"tools/call": router})
+    async with gateway(behaviour, max_message_bytes=4096, request_timeout=30) as c:
+        reply = await c.call("tools/call", {"name": "big"}, timeout=3)
+        after = await c.call("tools/call", {"name": "ok"}, timeout=3)
+        assert len(c.upstream.spawned) == 1
+    assert_malformed(reply)
+    assert "over the 4096-byte message limit" in reply["error"]["message"]
+    assert after["result"]["content"][0]["text"] == "fine"
+
+
+async def test_oversized_line_that_names_no_call_is_skipped_and_the_call_times_out() -> None:
+    """Where the edges of an over-long line show no reply id, nothing says
+    which call it answered: the call it carried ends with its timeout."""
+    big = '{"x": "' + "a" * 5000 + '", "id": {id}, "jsonrpc": "2.0", "result": {}}'
     router = tool_router(big=raw_tool(big), ok=ok)
     behaviour = legacy_server({"tools/call": router})
     async with gateway(behaviour, max_message_bytes=4096, request_timeout=0.3) as c:
@@ -296,6 +321,20 @@ async def test_oversized_reply_is_skipped_and_its_call_bounded_by_the_timeout() 
         assert len(c.upstream.spawned) == 1
     assert reply["error"]["data"]["reason"] == "upstream-timeout"
     assert after["result"]["content"][0]["text"] == "fine"
+
+
+def test_line_splitter_keeps_the_edges_of_an_over_long_line() -> None:
+    """Whichever way the line arrives (one chunk, or split so that it is
+    discarded as it streams), its first and last bytes are kept, no more."""
+    line = b"<" + b"a" * 2000 + b">"
+    for cut in (1, 7, 300, 1000, len(line)):
+        splitter = wire.LineSplitter(100)
+        got = splitter.feed(line[:cut]) + splitter.feed(line[cut:] + b"\nok\n")
+        big = got[0]
+        assert isinstance(big, wire.Oversized) and big.size == len(line), cut
+        assert big.head == line[: wire.OVERSIZED_EDGE], cut
+        assert big.tail == line[-wire.OVERSIZED_EDGE :], cut
+        assert got[1:] == [b"ok"]
 
 
 # -- server requests with bad params ----------------------------------------------

@@ -58,6 +58,7 @@ class ServerOutput:
         self, max_bytes: int, reply: Callable[[wire.Message], None], *, label: str
     ) -> None:
         self._splitter = wire.LineSplitter(max_bytes)
+        self._max_bytes = max_bytes
         self._reply = reply
         self._label = label
         # A server that writes junk in a loop gets one log line a minute.
@@ -73,13 +74,17 @@ class ServerOutput:
         out: list[wire.Message] = []
         for item in items:
             if isinstance(item, wire.Oversized):
-                # Its bytes are gone, so nothing says which call it answered:
-                # that call stays bounded by its timeout.
+                # Its bytes are gone; its edges may still name the call it
+                # answered (otherwise that call ends with its timeout).
+                refused = upstream_checks.oversized(item, self._max_bytes)
                 self._junk_log.warning(
                     "upstream message over the size limit dropped",
                     size=item.size,
+                    call_failed=refused.to_call is not None,
                     session=self._label,
                 )
+                if refused.to_call is not None:
+                    out.append(refused.to_call)
                 continue
             outcome = upstream_checks.screen_line(item)
             if not isinstance(outcome, upstream_checks.Refused):

@@ -12,6 +12,7 @@ untouched. Pure: the transports and the service do the telling.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,33 @@ def _response_problem(value: dict[str, Any]) -> str | None:
     if not _is_int(error.get("code")):
         return "error code is not an integer"
     return None
+
+
+# The start or end of an over-long line that shows it is a reply, and to which
+# (integer) id: the gateway's own upstream ids are integers. Python SDKs write
+# {"jsonrpc", "id", "result"|"error", ...}; the TypeScript SDK writes
+# {"result"|"error": ..., "jsonrpc", "id"}. A nested "id" cannot match the
+# tail pattern: it would be followed by more than one closing brace.
+_HEAD_WITH_ID = re.compile(
+    rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+)\s*,'
+    rb'\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"\s*:'
+)
+_HEAD_OF_REPLY = re.compile(rb'^\s*\{\s*"(?:result|error)"\s*:')
+_TAIL_WITH_ID = re.compile(rb',\s*"id"\s*:\s*(-?\d+)\s*\}\s*$')
+
+
+def oversized(item: wire.Oversized, limit: int) -> Refused:
+    """An over-long line: its bytes are gone, but its edges may say which
+    call it answered, and then that call fails now rather than time out."""
+    why = f"the reply is over the {limit}-byte message limit ({item.size} bytes)"
+    head = _HEAD_WITH_ID.match(item.head)
+    if head is not None:
+        return Refused(why, to_call=malformed_reply(int(head.group(1)), why))
+    if _HEAD_OF_REPLY.match(item.head):
+        tail = _TAIL_WITH_ID.search(item.tail)
+        if tail is not None:
+            return Refused(why, to_call=malformed_reply(int(tail.group(1)), why))
+    return Refused(f"a message over the {limit}-byte limit ({item.size} bytes)")
 
 
 # -- server requests and notifications (params per both revisions' schema.json) --
