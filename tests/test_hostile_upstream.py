@@ -639,3 +639,18 @@ def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None
     for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
         front._observe({"jsonrpc": "2.0", "id": 1, "result": result})
     assert front._tools == {"t": {}, "u": {}, "v": {"mcp-param-region": "a"}}
+
+
+@pytest.mark.parametrize("bad_id", ["true", "{id}.0", "[{id}]"])
+async def test_reply_whose_id_is_no_request_id_answers_no_call(bad_id: str) -> None:
+    """JSON-RPC ids are strings or integers: a reply with `"id": true` or
+    `1.0` (which a dict lookup takes for 1) answers no call of the gateway's."""
+    lines = (
+        '{"jsonrpc": "2.0", "id": '
+        + bad_id
+        + ', "result": {"content": [{"type": "text", "text": "forged"}]}}',
+        '{"jsonrpc": "2.0", "id": {id}, "result": {"content": [{"type": "text", "text": "real"}]}}',
+    )
+    async with gateway(legacy_server({"tools/call": raw_tool(*lines)})) as c:
+        reply = await c.call("tools/call", {"name": "x"}, timeout=2)
+    assert reply["result"]["content"][0]["text"] == "real"

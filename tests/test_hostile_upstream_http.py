@@ -184,3 +184,24 @@ async def test_connection_reset_mid_stream_fails_the_request() -> None:
     reply = reply_of(seen)
     assert reply["id"] == "r"
     assert reply["error"]["data"]["source"] == "mcp-era-gateway"
+
+
+async def test_reply_with_a_float_id_is_not_taken_for_the_call() -> None:
+    """JSON-RPC ids are strings or integers. On main a reply with `"id": 7.0`
+    on call 7's stream passed for its reply (7.0 == 7), ended the stream's
+    reading, and the real reply after it was never read."""
+
+    async def float_first(req: HttpRequest, server: HttpServer) -> Reply:
+        msg_id = req.message["id"]
+
+        async def events(stream: Any) -> None:
+            forged = b'{"jsonrpc":"2.0","id":%d.0,"result":{"content":"forged"}}' % msg_id
+            await stream.send(b"event: message\ndata: " + forged + b"\n\n")
+            real = {"content": "real", "resultType": "complete"}
+            await stream.send(sse(wire.result_response(msg_id, real)))
+
+        return server.feed(events)
+
+    async with serve(float_first) as server, connection(server.url) as c:
+        reply = reply_of(await exchange(c, modern(7, "tools/call", name="x")))
+    assert reply["result"]["content"] == "real"

@@ -92,9 +92,14 @@ def screen_value(value: object, *, deep: bool = True) -> wire.Message | Refused:
     if deep and nested_deeper_than(value):
         return _too_deep(value)
     try:
-        return wire.validate(value)
+        msg = wire.validate(value)
     except wire.InvalidMessage as exc:
         return _invalid(value, exc)
+    if "method" not in msg and msg.get("id") is not None and not wire.is_request_id(msg["id"]):
+        # `true` or `1.0` would find call 1 in a dict: a reply names its call
+        # by a string or an integer, or by null when it names none.
+        return Refused("reply id is not a string or an integer")
+    return msg
 
 
 def _too_deep(value: object) -> Refused:
