@@ -15,10 +15,26 @@ import pytest
 import structlog.testing
 from anyio.abc import SocketStream
 
-from gateway import wire
+from gateway import era, wire
 from gateway.core.upstream_checks import MAX_DEPTH
-from tests.servers.scripted_http import HttpRequest, HttpServer, Reply, serve, sse
-from tests.test_http_back import connection, exchange, modern, reply_of
+from tests.servers.scripted_http import (
+    Ask,
+    HttpRequest,
+    HttpServer,
+    LegacyHttp,
+    Reply,
+    serve,
+    sse,
+)
+from tests.test_http_back import (
+    META,
+    MRTR_CAPS,
+    connection,
+    exchange,
+    http_gateway,
+    modern,
+    reply_of,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +221,25 @@ async def test_reply_with_a_float_id_is_not_taken_for_the_call() -> None:
     async with serve(float_first) as server, connection(server.url) as c:
         reply = reply_of(await exchange(c, modern(7, "tools/call", name="x")))
     assert reply["result"]["content"] == "real"
+
+
+async def test_bad_server_request_over_http_is_answered_by_post_and_get_junk_skipped() -> None:
+    """The same treatment over a legacy HTTP session: an elicitation/create
+    without `message` on the call's stream is answered -32602 (POSTed back);
+    junk on the GET stream is skipped; the call completes."""
+
+    async def ask_badly(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        session = behaviour.sessions[ask.session.sid]
+        with anyio.fail_after(3):
+            await session.get_opened.wait()
+        assert session.get_stream is not None
+        await session.get_stream.send(b"event: message\ndata: {not json\n\n")
+        await session.get_stream.send(b'event: message\ndata: {"jsonrpc": "2.0", "id": 1}\n\n')
+        answer = await ask.ask("elicitation/create", {"requestedSchema": {"type": "object"}})
+        return {"content": [{"type": "text", "text": str(answer["error"]["code"])}]}
+
+    behaviour = LegacyHttp(tools={"ask": ask_badly})
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        meta = {**META, era.CLIENT_CAPABILITIES: MRTR_CAPS}
+        reply = await c.call("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})
+    assert reply["result"]["content"][0]["text"] == str(wire.INVALID_PARAMS)
