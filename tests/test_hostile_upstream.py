@@ -654,3 +654,22 @@ async def test_reply_whose_id_is_no_request_id_answers_no_call(bad_id: str) -> N
     async with gateway(legacy_server({"tools/call": raw_tool(*lines)})) as c:
         reply = await c.call("tools/call", {"name": "x"}, timeout=2)
     assert reply["result"]["content"][0]["text"] == "real"
+
+
+async def test_server_request_nested_to_the_limit_still_reaches_a_modern_client() -> None:
+    """The limit leaves room for the gateway's own wrapping: a server request
+    nested exactly MAX_DEPTH levels becomes an input_required (its params 3
+    levels deeper) that still encodes for the client."""
+    schema = {"a": nested(MAX_DEPTH - 3)}  # message, params, requestedSchema
+
+    async def asks(server: ScriptedServer, msg: wire.Message) -> None:
+        request = wire.request(
+            "deep-ask", "elicitation/create", {"message": "m", "requestedSchema": schema}
+        )
+        await server.emit(request)
+
+    async with gateway(legacy_server({"tools/call": asks}), encode=True) as c:
+        caps = {"elicitation": {"form": {}}}
+        reply = await c.call("tools/call", {"name": "x", "_meta": {era.CLIENT_CAPABILITIES: caps}})
+    (request,) = reply["result"]["inputRequests"].values()
+    assert request["params"]["requestedSchema"] == schema

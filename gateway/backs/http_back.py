@@ -396,7 +396,7 @@ class HttpServerConnection:
             return _Refused(
                 upstream_checks.malformed_reply(msg_id, "the HTTP body is not JSON"), None
             )
-        deep = upstream_checks.may_nest_deeper_than(body)
+        deep = upstream_checks.may_nest_too_deep(body)
         got_reply = False
         for item in value if isinstance(value, list) else [value]:
             message = self._decode(upstream_checks.screen_value(item, deep=deep), body)

@@ -21,11 +21,14 @@ import orjson
 from gateway import era, wire
 
 # orjson re-encodes at most 254 levels of nesting (it raises "Recursion limit
-# reached" above that), and the gateway wraps a server's values a few levels
+# reached" above that), and the gateway wraps a server's values up to 3 levels
 # deeper on their way to a client (a server request's params sit at depth 5 of
-# an input_required result, at depth 2 of the request). 200 leaves that room;
-# no MCP message needs anything close to it.
-MAX_DEPTH = 200
+# an input_required result, at depth 2 of the request). So a message may nest
+# 250 levels; no MCP message needs anything close to it.
+MAX_DEPTH = 250
+# Lines with fewer brackets than this are not checked further: they cannot
+# nest deeper than they have brackets.
+_FEW_BRACKETS = 32
 MALFORMED = "upstream-malformed"
 
 
@@ -49,57 +52,61 @@ def malformed_reply(msg_id: wire.RequestId, why: str) -> wire.Message:
     )
 
 
-def nested_deeper_than(value: object, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests arrays/objects more than `limit` levels deep.
-    Iterative, so that the check itself cannot hit the recursion limit."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+def nested_too_deep(value: object) -> bool:
+    """Whether `value` nests more than MAX_DEPTH levels: orjson itself tells,
+    at its own speed, by encoding it with room for the gateway's wrapping."""
+    try:
+        orjson.dumps([[[[value]]]])
+    except orjson.JSONEncodeError:
+        return True
     return False
 
 
-def may_nest_deeper_than(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
-    """A cheap test on the raw text: a message with fewer brackets than
-    `limit` cannot nest deeper, so only the rare others need the walk."""
-    if isinstance(data, str):
-        return data.count("[") + data.count("{") > limit
-    return data.count(b"[") + data.count(b"{") > limit
+def may_nest_too_deep(data: bytes | str) -> bool:
+    """A cheap test on the raw text, so that most lines skip the exact one:
+    a value cannot nest deeper than it has brackets. (find() scans at memchr
+    speed; a text-heavy line has few brackets to step over.)"""
+    if len(data) <= 2 * MAX_DEPTH:
+        return False  # every level takes two bytes
+    raw = data.encode() if isinstance(data, str) else data
+    found = 0
+    for opener in (b"[", b"{"):
+        at = raw.find(opener)
+        while at >= 0:
+            found += 1
+            if found > _FEW_BRACKETS:
+                return True
+            at = raw.find(opener, at + 1)
+    return False
 
 
 def screen_line(data: bytes | str) -> wire.Message | Refused:
-    """One framed message from the server: the message, or why it is refused."""
+    """One framed message from the server: the message, or why it is refused.
+    (The path every reply takes: kept to the checks that matter.)"""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return Refused("not JSON")
-    return screen_value(value, deep=may_nest_deeper_than(data))
+    return screen_value(value, deep=may_nest_too_deep(data))
 
 
 def screen_value(value: object, *, deep: bool = True) -> wire.Message | Refused:
     """A decoded value from the server: the message, or why it is refused.
 
-    `deep=False` says the raw text was too short to nest past MAX_DEPTH.
+    `deep=False` says the raw text showed it cannot nest past MAX_DEPTH.
     """
-    if deep and nested_deeper_than(value):
+    if deep and nested_too_deep(value):
         return _too_deep(value)
     try:
         msg = wire.validate(value)
     except wire.InvalidMessage as exc:
         return _invalid(value, exc)
-    if "method" not in msg and msg.get("id") is not None and not wire.is_request_id(msg["id"]):
-        # `true` or `1.0` would find call 1 in a dict: a reply names its call
-        # by a string or an integer, or by null when it names none.
-        return Refused("reply id is not a string or an integer")
-    return msg
+    msg_id = msg.get("id")
+    if type(msg_id) is int or type(msg_id) is str or msg_id is None or "method" in msg:
+        return msg
+    # `true` or `1.0` would find call 1 in a dict: a reply names its call by
+    # a string or an integer (or by null when it names none).
+    return Refused("reply id is not a string or an integer")
 
 
 def _too_deep(value: object) -> Refused:
