@@ -32,6 +32,12 @@ class LogLimiter:
 
     def warning(self, event: str, **fields: Any) -> bool:
         """Log `event` unless it was logged within the interval; True if logged."""
+        return self._emit(self._log.warning, event, fields)
+
+    def info(self, event: str, **fields: Any) -> bool:
+        return self._emit(self._log.info, event, fields)
+
+    def _emit(self, emit: Callable[..., Any], event: str, fields: dict[str, Any]) -> bool:
         now = self._clock()
         seen = self._seen.get(event)
         if seen is not None and now - seen[0] < self._interval:
@@ -40,7 +46,7 @@ class LogLimiter:
         if seen is not None and seen[1]:
             fields["suppressed"] = seen[1]
         self._seen[event] = (now, 0)
-        self._log.warning(event, **fields)
+        emit(event, **fields)
         return True
 
 

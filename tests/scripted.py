@@ -75,17 +75,23 @@ class ScriptedServer:
         # screening, so a script can be as hostile as a real process.
         self._output = ServerOutput(max_bytes, self._answered, label=f"pid {self.pid}")
         self.closed = False
+        # Set by a test: every write to the server fails, as to a broken pipe.
+        self.fail_writes = False
         self._asked: dict[wire.RequestId, tuple[anyio.Event, list[wire.Message]]] = {}
         self._next_ask = 0
 
     # gateway side
     async def send(self, msg: wire.Message) -> None:
+        if self.fail_writes:
+            raise ServerExited(None)
         try:
             await self._in_send.send(msg)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise ServerExited(1) from exc
 
     def send_nowait(self, msg: wire.Message) -> None:
+        if self.fail_writes:
+            raise ServerExited(None)
         try:
             self._in_send.send_nowait(msg)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:

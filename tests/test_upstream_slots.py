@@ -5,8 +5,8 @@ finally or a context manager), proved by tests that inject a failure at each
 step." Each test runs one kind of call (the fast path, a bridged MRTR call, a
 legacy client's leased call, a legacy client's input loop against a modern
 server) and breaks it at one step: the server is silent (timeout), exits,
-answers garbage, asks for input and then exits, or the client cancels or goes
-away. Afterwards the tables — pending upstream calls, progress routes, the
+answers garbage, asks for input and then exits, cannot be written to, or the
+client cancels or goes away. Afterwards the tables — pending upstream calls, progress routes, the
 session lease, parked calls, in-flight calls, forwarded server requests —
 must be empty, and a plain call must still work."""
 
@@ -82,7 +82,17 @@ async def _start(c: Client, kind: str) -> dict[str, Any]:
 
 
 KINDS = ["fast", "mrtr", "legacy-leased"]
-FAILURES = ["silent", "die", "bad", "ask", "ask-die", "progress-die", "cancel", "client-gone"]
+FAILURES = [
+    "silent",
+    "die",
+    "bad",
+    "ask",
+    "ask-die",
+    "progress-die",
+    "cancel",
+    "client-gone",
+    "write-fails",
+]
 
 
 @pytest.mark.parametrize("failure", FAILURES)
@@ -94,15 +104,22 @@ async def test_a_call_broken_at_any_step_leaves_nothing_held(kind: str, failure:
         behaviour, request_timeout=REQUEST_TIMEOUT, state_ttl=STATE_TTL, state_key="k" * 32
     ) as c:
         base = await _start(c, kind)
-        name = "silent" if failure in ("cancel", "client-gone") else failure
+        name = "silent" if failure in ("cancel", "client-gone", "write-fails") else failure
         params = {"name": name, "arguments": {}, **base}
+        server = c.upstream.spawned[-1]
+        server.fail_writes = failure == "write-fails"
         await c.send(wire.request("x", "tools/call", params))
-        await seen.wait_for("tools/call")
+        if failure == "write-fails":
+            failed = await _answer_of(c, "x")
+            assert failed["error"]["data"]["reason"] == "upstream-failed", failed
+            server.fail_writes = False
+        else:
+            await seen.wait_for("tools/call")
         if failure == "cancel":
             await c.send(wire.notification("notifications/cancelled", {"requestId": "x"}))
         elif failure == "client-gone":
             c.service.drop_link(c.link)
-        if failure not in ("cancel", "client-gone"):
+        if failure not in ("cancel", "client-gone", "write-fails"):
             await _answer_of(c, "x")
         await wait_tables_empty(c.service, [c.link], BOUND)
         if failure != "client-gone":

@@ -79,6 +79,7 @@ class GatewayService:
         self.links: set[ClientLink] = set()
         # What a misbehaving server sends can repeat without end: one line a minute.
         self._junk_log = LogLimiter(log)
+        self._refusals_log = LogLimiter(log)
 
     # -- client side -----------------------------------------------------
     async def handle_client_message(
@@ -627,7 +628,7 @@ class GatewayService:
                 await session.fail_call(calls[0], missing.error(0), "needs a client capability")
                 return None
             why = "no call of the modern client that can take it is in progress"
-        log.info("server request refused", method=method, why=why)
+        self._refusals_log.info("server request refused", method=method[:100], why=why)
         return wire.error_response(msg_id, wire.METHOD_NOT_FOUND, f"{method} refused: {why}")
 
     async def _ask_legacy_client(
