@@ -425,14 +425,16 @@ async def gateway(
 
 def tables(service: GatewayService, links: list[ClientLink]) -> dict[str, Any]:
     """Every table that must be empty once no call is in progress: pending
-    upstream calls, progress routes, session leases, parked calls, in-flight
-    client calls, server requests forwarded to clients."""
+    upstream calls, progress routes, session leases, server requests being
+    served, parked calls, in-flight client calls, server requests forwarded
+    to clients."""
     out: dict[str, Any] = {"held": list(service.bridge.held)}
     for session in service.pool.sessions.values():
         out[f"{session.label} pending"] = [c.method for c in session.pending.values()]
         out[f"{session.label} progress"] = list(session.progress)
         out[f"{session.label} holder"] = session.lease.holder
         out[f"{session.label} readers"] = session.lease.readers
+        out[f"{session.label} serving"] = session.serving
     for link in links:
         out[f"link {link.id} inflight"] = list(link.inflight)
         out[f"link {link.id} server requests"] = list(link.server_requests)

@@ -26,7 +26,14 @@ from gateway.fronts.http_front import HttpFront
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
-from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
+from tests.scripted import (
+    Recorder,
+    ScriptedServer,
+    gateway,
+    legacy_server,
+    modern_server,
+    wait_tables_empty,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -673,3 +680,52 @@ async def test_server_request_nested_to_the_limit_still_reaches_a_modern_client(
         reply = await c.call("tools/call", {"name": "x", "_meta": {era.CLIENT_CAPABILITIES: caps}})
     (request,) = reply["result"]["inputRequests"].values()
     assert request["params"]["requestedSchema"] == schema
+
+
+async def test_a_flood_of_server_requests_is_bounded() -> None:
+    """Each server request may wait request_timeout for a client's answer: a
+    server that asks without end would pile up tasks and forwarded requests.
+    Beyond max_inflight_per_client at once, the server hears -32603 at once;
+    the rest are served (here: the client never answers, so they time out),
+    and nothing stays held."""
+    seen = Recorder()
+
+    async def flood(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        asks = b"".join(
+            orjson.dumps(wire.request(f"srv-{n}", "roots/list")) + b"\n" for n in range(40)
+        )
+        await server.emit_raw(asks)
+        return {"content": []}
+
+    behaviour = legacy_server({"tools/call": flood}, log=seen)
+    async with gateway(behaviour, max_inflight_per_client=16, request_timeout=0.3) as c:
+        await c.initialize({"roots": {}})
+        reply = await c.call("tools/call", {"name": "f"}, modern=False)
+        answers = [await seen.wait_for_reply(f"srv-{n}") for n in range(40)]
+        await wait_tables_empty(c.service, [c.link], 2)
+    assert reply["result"]["content"] == []
+    over = [a for a in answers if "Too many requests in progress" in a["error"]["message"]]
+    assert len(over) == 24
+    assert all(a["error"]["code"] == wire.INTERNAL_ERROR for a in answers)
+
+
+async def test_a_flood_of_asks_during_one_bridged_call_is_bounded() -> None:
+    """One input_required carries every pending server request of a bridged
+    call: beyond 64 at once, the server hears -32603 instead of the client
+    getting an answer of unbounded size."""
+    seen = Recorder()
+
+    async def flood(server: ScriptedServer, msg: wire.Message) -> None:
+        ask = {"message": "m", "requestedSchema": {"type": "object"}}
+        asks = b"".join(
+            orjson.dumps(wire.request(f"srv-{n}", "elicitation/create", ask)) + b"\n"
+            for n in range(100)
+        )
+        await server.emit_raw(asks)
+
+    async with gateway(legacy_server({"tools/call": flood}, log=seen), state_key="k" * 32) as c:
+        caps = {"elicitation": {"form": {}}}
+        reply = await c.call("tools/call", {"name": "f", "_meta": {era.CLIENT_CAPABILITIES: caps}})
+        refused = [await seen.wait_for_reply(f"srv-{n}") for n in range(64, 100)]
+    assert len(reply["result"]["inputRequests"]) == 64
+    assert all("Too many requests for client input" in r["error"]["message"] for r in refused)

@@ -43,6 +43,8 @@ log = structlog.get_logger("gateway.mrtr")
 
 STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
 FEATURES = frozenset(era.CLIENT_FEATURE_METHODS.values())
+# Server requests one bridged call may have waiting for its client at once.
+MAX_ASKS_PER_ROUND = 64
 
 ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float], Awaitable[wire.Message]]
 ShapeFn = Callable[[Forward, wire.Message, wire.RequestId, UpstreamSession], wire.Message]
@@ -347,6 +349,17 @@ class MrtrBridge:
                     msg["id"],
                     wire.INTERNAL_ERROR,
                     "No client answer: the call it belonged to has ended",
+                )
+            )
+            return
+        if len(entry.call.asks) >= MAX_ASKS_PER_ROUND:
+            # One input_required carries them all: a server that asks without
+            # end must not grow it without end.
+            await entry.session.respond(
+                wire.error_response(
+                    msg["id"],
+                    wire.INTERNAL_ERROR,
+                    f"Too many requests for client input at once (limit {MAX_ASKS_PER_ROUND})",
                 )
             )
             return

@@ -541,11 +541,27 @@ class GatewayService:
                 # DESIGN §5.1.5: the gateway answers the legacy server's ping itself.
                 await session.respond(wire.result_response(msg["id"], {}))
                 return
+            limit = self.config.max_inflight_per_client
+            if session.serving >= limit:
+                # Each one waits for a client for up to request_timeout: a
+                # server that asks without end must not pile them up.
+                self._junk_log.warning(
+                    "server requests over the limit refused", limit=limit, session=session.label
+                )
+                await session.respond(
+                    wire.error_response(
+                        msg["id"],
+                        wire.INTERNAL_ERROR,
+                        f"Too many requests in progress (limit {limit})",
+                    )
+                )
+                return
             assert self._tg is not None
             # Who a request can belong to is read now, in wire order: by the
             # time its task runs, the reader may have delivered the reply
             # that ended the call it came during.
             claim = _Claim.at_arrival(session, self._sole_owner(session))
+            session.serving += 1
             self._tg.start_soon(self._serve_server_request, session, msg, claim)
             return
         problem = upstream_checks.notification_problem(msg)
@@ -560,6 +576,14 @@ class GatewayService:
         await self._route_server_notification(session, msg)
 
     async def _serve_server_request(
+        self, session: UpstreamSession, msg: wire.Message, claim: _Claim
+    ) -> None:
+        try:
+            await self._serve_claimed(session, msg, claim)
+        finally:
+            session.serving -= 1
+
+    async def _serve_claimed(
         self, session: UpstreamSession, msg: wire.Message, claim: _Claim
     ) -> None:
         msg_id = msg["id"]

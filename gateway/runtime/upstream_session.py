@@ -145,6 +145,8 @@ class UpstreamSession:
         self.pending: dict[int, PendingCall] = {}
         self.progress: dict[str, ProgressRoute] = {}
         self.upstream_log_level: str | None = None
+        # Server requests being served (each may wait for a client).
+        self.serving = 0
         self.closed_reason: str | None = None
         self.lease = SessionLease()
         self.started = time.monotonic()
