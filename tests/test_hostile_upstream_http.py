@@ -7,6 +7,8 @@ once, and the connection goes on serving the next request."""
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any
 
 import anyio
@@ -14,8 +16,11 @@ import orjson
 import pytest
 import structlog.testing
 from anyio.abc import SocketStream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import era, wire
+from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
 from tests.servers.scripted_http import (
     Ask,
@@ -243,3 +248,70 @@ async def test_bad_server_request_over_http_is_answered_by_post_and_get_junk_ski
         meta = {**META, era.CLIENT_CAPABILITIES: MRTR_CAPS}
         reply = await c.call("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})
     assert reply["result"]["content"][0]["text"] == str(wire.INVALID_PARAMS)
+
+
+def _reference_events(data: bytes) -> list[tuple[str, str, str | None, int | None]]:
+    """WHATWG "Parsing an event stream", the plain way: split the whole stream
+    into lines (CRLF, CR or LF), dispatch on each blank line and at the end."""
+    events: list[tuple[str, str, str | None, int | None]] = []
+    lines: list[str] = []
+    event, last_id, retry = "", None, None
+    for raw in [*re.split(rb"\r\n|\r|\n", data), b""]:
+        if not raw:
+            if lines or retry is not None:
+                events.append((event or "message", "\n".join(lines), last_id, retry))
+            lines, event, retry = [], "", None
+            continue
+        if raw.startswith(b":"):
+            continue
+        name, _, value = raw.decode().partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            lines.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id":
+            last_id = value
+        elif name == "retry" and value.isdigit():
+            retry = int(value)
+    return events
+
+
+sse_pieces = st.lists(
+    st.sampled_from(
+        [b"data: a", b'data: {"x": 1}', b"event: message", b"id: 7", b": c", b"retry: 5", b""]
+    ).flatmap(lambda line: st.sampled_from([b"\n", b"\r", b"\r\n"]).map(lambda end: line + end)),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=sse_pieces, cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+def test_sse_parser_gives_the_same_events_however_the_stream_is_cut(
+    pieces: list[bytes], cuts: list[int]
+) -> None:
+    """The parser searches each byte once (see the next test); it must still
+    find every line end, a CRLF split across chunks included."""
+    data = b"".join(pieces)
+    parser = SseParser(1 << 30)
+    got: list[Any] = []
+    at = 0
+    for cut in sorted(c for c in cuts if c <= len(data)):
+        got += parser.feed(data[at:cut])
+        at = cut
+    got += parser.feed(data[at:]) + parser.close()
+    assert [(e.event, e.data, e.id, e.retry) for e in got] == _reference_events(data)
+
+
+def test_sse_parser_time_grows_with_the_stream_not_its_square() -> None:
+    """Each line end was searched from the current line to the end of the
+    buffer, twice (CR, LF): a 5 MB chunk of short events, from a chatty or a
+    hostile server, took over ten seconds of CPU. Now each byte is searched
+    once."""
+    event = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n'
+    chunk = event * 60000
+    parser = SseParser(64 << 20)
+    started = time.perf_counter()
+    events = parser.feed(chunk)
+    assert len(events) == 60000
+    assert time.perf_counter() - started < 4
