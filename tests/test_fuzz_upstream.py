@@ -17,7 +17,12 @@ the same session. The invariants:
 - the tables (pending calls, progress routes, session leases, parked calls,
   in-flight calls, forwarded server requests) return to empty.
 
-Profiles: "ci" (the default, well within 30 s) and "deep" for long runs
+The second test does the same over Streamable HTTP, against the HTTP back:
+generated statuses, content types, bodies and SSE streams for one request,
+which must end with a well-formed reply under its id while the connection
+goes on serving the next.
+
+Profiles: "ci" (the default, about 15 s for both tests) and "deep" for long runs
 (`HYPOTHESIS_PROFILE=deep`).
 """
 
@@ -41,6 +46,8 @@ from gateway.config import Config
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from tests.scripted import ScriptedServer, Upstream, encoding_link, wait_tables_empty
+from tests.servers.scripted_http import HttpRequest, HttpServer, Reply, serve
+from tests.test_http_back import connection, exchange, modern
 
 settings.register_profile(
     "ci",
@@ -478,3 +485,87 @@ def test_a_hostile_upstream_fails_only_the_call_it_answers(
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+# -- over Streamable HTTP: the HTTP back against generated answers ---------------------
+
+http_bodies = st.one_of(
+    st.binary(max_size=60),
+    json_values.map(orjson.dumps),
+    reply_to_call().map(lambda build: build(HTTP_CALL_ID)),
+    deep_message(("reply",)).map(lambda build: build(HTTP_CALL_ID)),
+)
+sse_events = st.lists(
+    st.one_of(
+        http_bodies.map(lambda b: b"event: message\ndata: " + b.replace(b"\n", b" ") + b"\n\n"),
+        server_request().map(lambda b: b"event: message\ndata: " + b + b"\n\n"),
+        notification().map(lambda b: b"event: message\ndata: " + b + b"\n\n"),
+        st.binary(max_size=30),
+        st.just(b": keep-alive\n\n"),
+        st.just(b"retry: 10\n\n"),
+    ),
+    max_size=6,
+)
+HTTP_CALL_ID = 41
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int
+    content_type: str | None
+    body: bytes
+    sse: list[bytes] | None
+
+
+http_answers = st.builds(
+    HttpAnswer,
+    status=st.sampled_from([200, 200, 200, 202, 400, 404, 500, 503]),
+    content_type=st.sampled_from(["application/json", "text/event-stream", "text/html", None]),
+    body=http_bodies,
+    sse=st.none() | sse_events,
+)
+
+
+async def run_http_scenario(answer: HttpAnswer) -> None:
+    async def handler(req: HttpRequest, server: HttpServer) -> Reply:
+        msg = req.message
+        if msg.get("id") != HTTP_CALL_ID:
+            result = {"content": [{"type": "text", "text": "calm"}], "resultType": "complete"}
+            return Reply.json(wire.result_response(msg["id"], result))
+        headers = {"content-type": answer.content_type} if answer.content_type else {}
+        if answer.sse is None:
+            return Reply(answer.status, answer.body, headers)
+        events = answer.sse
+
+        async def feed(stream: Any) -> None:
+            for event in events:
+                await stream.send(event)
+
+        reply = server.feed(feed)
+        return Reply(answer.status, None, {**reply.headers, **headers}, reply.stream)
+
+    async with serve(handler) as server, connection(server.url) as c:
+        with anyio.fail_after(CALL_BOUND):
+            seen = await exchange(c, modern(HTTP_CALL_ID, "tools/call", name="fuzz"))
+        reply = next(m for m in seen if "method" not in m and m.get("id") == HTTP_CALL_ID)
+        _check_answer(reply)
+        with anyio.fail_after(CALL_BOUND):
+            calm = await exchange(c, modern("calm", "tools/call", name="calm"))
+        calm_reply = next(m for m in calm if "method" not in m and m.get("id") == "calm")
+        assert calm_reply["result"]["content"][0]["text"] == "calm", calm_reply
+
+
+# Each example starts a server: half as many as the stdio cases.
+@settings(PROFILE, max_examples=max(10, PROFILE.max_examples // 2))
+@given(answer=http_answers)
+def test_a_hostile_http_upstream_fails_only_the_request_it_answers(answer: HttpAnswer) -> None:
+    """Over Streamable HTTP the answer to a POST is the server's to get wrong:
+    any status, content type, body or SSE stream ends the request with a
+    well-formed reply under its id, within its bound, without a traceback,
+    and the connection serves the next request."""
+    with structlog.testing.capture_logs() as logs:
+        anyio.run(run_http_scenario, answer, backend="asyncio")
+    tracebacks = [
+        e for e in logs if e.get("exc_info") or e.get("log_level") in ("error", "critical")
+    ]
+    assert not tracebacks, tracebacks
