@@ -139,8 +139,9 @@ async def test_reply_to_an_unknown_id_and_a_second_reply_are_dropped() -> None:
         '{"jsonrpc": "2.0", "id": {id}, "error": "boom"}',
         '{"jsonrpc": "2.0", "id": {id}, "result": {}, "error": {"code": 1, "message": "x"}}',
         '{"jsonrpc": "2.0", "id": {id}}',
+        '{"jsonrpc": "2.0", "id": {id}, "error": {"code": true, "message": "x"}}',
     ],
-    ids=["result-int", "result-list", "code-str", "error-str", "both", "neither"],
+    ids=["result-int", "result-list", "code-str", "error-str", "both", "neither", "code-bool"],
 )
 async def test_malformed_reply_fails_its_call_at_once(line: str) -> None:
     """A reply whose result is not an object or whose error has no integer code

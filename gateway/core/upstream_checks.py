@@ -101,12 +101,20 @@ def screen_value(value: object, *, deep: bool = True) -> wire.Message | Refused:
         msg = wire.validate(value)
     except wire.InvalidMessage as exc:
         return _invalid(value, exc)
-    msg_id = msg.get("id")
-    if type(msg_id) is int or type(msg_id) is str or msg_id is None or "method" in msg:
+    if "method" in msg:
         return msg
-    # `true` or `1.0` would find call 1 in a dict: a reply names its call by
-    # a string or an integer (or by null when it names none).
-    return Refused("reply id is not a string or an integer")
+    msg_id = msg.get("id")
+    if not (type(msg_id) is int or type(msg_id) is str or msg_id is None):
+        # `true` or `1.0` would find call 1 in a dict: a reply names its call
+        # by a string or an integer (or by null when it names none).
+        return Refused("reply id is not a string or an integer")
+    error = msg.get("error")
+    if error is None or type(error["code"]) is int:
+        return msg
+    why = "error code is not an integer"  # `true` passes for 1 in Python
+    if msg_id is None:
+        return Refused(why)
+    return Refused(why, to_call=malformed_reply(msg_id, why))
 
 
 def _too_deep(value: object) -> Refused:
