@@ -584,6 +584,19 @@ for line in sys.stdin:
 """
 
 
+# Tool names whose process exits: the next call is sent once the gateway has
+# seen the exit (sent sooner, it would race the exit and fail upstream-failed).
+EXITS = ("close-stdout", "say-then-die")
+
+
+async def _until_exit_noticed(service: GatewayService) -> None:
+    for _ in range(800):  # at most 8 s: the exit is seen within the 5 s bound
+        if service.pool.restarts:
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError("the gateway never saw the upstream exit")
+
+
 async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
     """Each named tools/call, in turn, through a gateway over a real process."""
     cfg = Config(
@@ -607,6 +620,8 @@ async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
                 await service.handle_client_message(link, msg, requests)
                 with anyio.fail_after(8):
                     replies.append(await inbox.receive())
+                if name in EXITS:
+                    await _until_exit_noticed(service)
             requests.cancel_scope.cancel()
         await service.aclose()
         tg.cancel_scope.cancel()
