@@ -212,3 +212,25 @@ async def test_legacy_client_input_loop_leaves_nothing_held_when_the_server_dies
         reply = await _answer_of(c, "x")
         await wait_tables_empty(c.service, [c.link], 1)
     assert reply["error"]["data"]["reason"] == "upstream-failed"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_server_request_whose_client_went_away_is_answered(kind: str) -> None:
+    """A server request passed to a client (or parked for it) when that client
+    goes away: the server still gets an answer (an error), rather than wait
+    for one forever, and nothing stays held."""
+    seen = Recorder()
+    behaviour = legacy_server({"tools/call": tool}, log=seen)
+    async with gateway(
+        behaviour, request_timeout=REQUEST_TIMEOUT, state_ttl=STATE_TTL, state_key="k" * 32
+    ) as c:
+        base = await _start(c, kind)
+        await c.send(wire.request("x", "tools/call", {"name": "ask", "arguments": {}, **base}))
+        upstream = await seen.wait_for("tools/call")
+        if kind == "legacy-leased":
+            forwarded = await c.next()
+            assert forwarded["method"] == "elicitation/create"
+        c.service.drop_link(c.link)
+        answer = await seen.wait_for_reply(f"srv-{upstream['id']}", timeout=BOUND)
+        await wait_tables_empty(c.service, [c.link], BOUND)
+    assert "error" in answer

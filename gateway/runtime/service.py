@@ -677,8 +677,12 @@ class GatewayService:
             return wire.error_response(msg["id"], wire.INTERNAL_ERROR, "the client went away")
         finally:
             link.server_requests.pop(gateway_id, None)
-        if forwarded.cancelled or forwarded.reply is None:
+        if forwarded.cancelled:
             return None
+        if forwarded.reply is None:
+            # The client went away (drop_link) without answering: the server
+            # still needs an answer, or it waits for one forever.
+            return wire.error_response(msg["id"], wire.INTERNAL_ERROR, "the client went away")
         answer = dict(forwarded.reply)
         answer["id"] = msg["id"]
         return answer
