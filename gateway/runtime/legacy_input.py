@@ -115,7 +115,9 @@ class LegacyInputLoop:
             await forwarded.done.wait()
         finally:
             link.server_requests.pop(gateway_id, None)
-        answer = forwarded.reply or {}
+        if forwarded.reply is None:
+            raise ClientRefused("The client went away before answering the server's request")
+        answer = forwarded.reply
         if "error" in answer:
             err = answer["error"]
             raise ClientRefused(
