@@ -234,3 +234,27 @@ async def test_a_server_request_whose_client_went_away_is_answered(kind: str) ->
         answer = await seen.wait_for_reply(f"srv-{upstream['id']}", timeout=BOUND)
         await wait_tables_empty(c.service, [c.link], BOUND)
     assert "error" in answer
+
+
+async def test_legacy_client_input_loop_ends_cleanly_when_the_client_goes_away() -> None:
+    """Legacy client → modern server: the client goes away while the gateway
+    waits for its answer to the server's input request. The call ends, no
+    retry with an empty answer goes upstream, nothing stays held."""
+    calls: list[wire.Message] = []
+
+    async def asks(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        calls.append(msg)
+        return {
+            "resultType": "input_required",
+            "inputRequests": {"a": {"method": "elicitation/create", "params": ELICIT}},
+            "requestState": "s",
+        }
+
+    async with gateway(modern_server({"tools/call": asks}), request_timeout=2) as c:
+        await c.initialize({"elicitation": {}})
+        await c.send(wire.request("x", "tools/call", {"name": "t"}))
+        forwarded = await c.next()
+        assert forwarded["method"] == "elicitation/create"
+        c.service.drop_link(c.link)
+        await wait_tables_empty(c.service, [c.link], 1)
+    assert len(calls) == 1
