@@ -1,0 +1,208 @@
+"""The upstream pool under several principals, after crashes and at a failed
+start (issue "Nothing a client, a server or a connection sends can crash,
+wedge or exhaust the gateway": the pool's defects)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway import era, wire
+from gateway.runtime.client_link import ClientLink
+from tests.scripted import Client, ScriptedServer, gateway, legacy_server
+from tests.test_mrtr_bridge import accept, ask_name, retry, send_and_wait, start
+
+pytestmark = pytest.mark.anyio
+
+PLAIN = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+
+
+def counting() -> Any:
+    """A tool that counts its calls per process: the state a restart loses."""
+    counts: dict[int, int] = {}
+
+    async def count(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        counts[server.pid] = counts.get(server.pid, 0) + 1
+        return {"content": [{"type": "text", "text": str(counts[server.pid])}]}
+
+    return count
+
+
+def principal(c: Client, name: str) -> ClientLink:
+    send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
+    link = ClientLink.over_stream(send, principal=name)
+    c.service.links.add(link)
+    return link
+
+
+_ids = iter(range(1000, 100_000))
+
+
+async def call_as(c: Client, link: ClientLink, name: str = "count") -> wire.Message:
+    msg = wire.request(
+        next(_ids), "tools/call", {"name": name, "arguments": {}, "_meta": dict(PLAIN)}
+    )
+    return await send_and_wait(c, msg, link)
+
+
+def text(reply: wire.Message) -> str:
+    return str(reply["result"]["content"][0]["text"])
+
+
+# -- several principals, no churn ------------------------------------------------
+
+
+async def test_two_principals_alternating_keep_their_processes_and_state() -> None:
+    """Issue: "ten calls alternating between two principals start nine upstream
+    processes (0.37 s and all server state lost each time)". Each principal
+    keeps its own process (DESIGN §5.1.1, never shared), and both stay."""
+    count = counting()
+    async with gateway(legacy_server({"tools/call": count})) as c:
+        alice, bob = principal(c, "alice"), principal(c, "bob")
+        seen: dict[str, list[str]] = {"alice": [], "bob": []}
+        for _ in range(5):
+            for link in (alice, bob):
+                seen[link.principal].append(text(await call_as(c, link)))
+        spawned = list(c.upstream.spawned)
+        closed = [s.closed for s in spawned]
+        owners = sorted(s.key.principal for s in c.service.pool.sessions.values())
+    # The start-up process went to alice; bob got one of his own; no more.
+    assert len(spawned) == 2
+    assert closed == [False, False]
+    assert owners == ["alice", "bob"]
+    assert seen == {"alice": ["1", "2", "3", "4", "5"], "bob": ["1", "2", "3", "4", "5"]}
+
+
+async def test_a_parked_call_does_not_lock_out_another_principal() -> None:
+    """Issue: "one principal's parked call locks the other out ("all 1
+    upstream sessions are busy")"."""
+    count = counting()
+
+    async def tools(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        if msg["params"]["name"] == "ask_name":
+            return await ask_name(server, msg)
+        return await count(server, msg)
+
+    async with gateway(legacy_server({"tools/call": tools})) as c:
+        c.link.principal = "alice"
+        first = await start(c, "ask_name")
+        assert first["result"]["resultType"] == "input_required"
+        bob = principal(c, "bob")
+        other = await call_as(c, bob)
+        final = await retry(c, first, {"input-1": accept("Al")}, msg_id=2)
+    assert text(other) == "1"
+    assert text(final) == "Hello, Al"
+
+
+async def test_past_max_processes_the_least_recently_used_idle_session_goes() -> None:
+    """The global bound: a new principal's session replaces the idle session
+    used longest ago; the others keep their process and state."""
+    count = counting()
+    async with gateway(legacy_server({"tools/call": count}), max_processes=2) as c:
+        alice, bob, carol = (principal(c, n) for n in ("alice", "bob", "carol"))
+        await call_as(c, alice)
+        await call_as(c, bob)
+        await call_as(c, alice)  # bob is now the least recently used
+        await call_as(c, carol)
+        assert text(await call_as(c, alice)) == "3"  # alice's process lived on
+        spawned = list(c.upstream.spawned)
+        owners = sorted(s.key.principal for s in c.service.pool.sessions.values())
+    assert len(spawned) == 3
+    assert owners == ["alice", "carol"]
+    assert spawned[1].closed  # bob's
+
+
+async def test_when_every_process_is_busy_a_new_principal_gets_upstream_busy() -> None:
+    """Sessions with a parked call are never evicted; the call that finds no
+    room gets a clear gateway error, and the room comes back when one is idle."""
+
+    async def tools(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        if msg["params"]["name"] == "ask_name":
+            return await ask_name(server, msg)
+        return {"content": [{"type": "text", "text": "ok"}]}
+
+    async with gateway(legacy_server({"tools/call": tools}), max_processes=2) as c:
+        c.link.principal = "alice"
+        parked_a = await start(c, "ask_name", msg_id=1)
+        bob = principal(c, "bob")
+        parked_b = await send_and_wait(
+            c,
+            wire.request(
+                2,
+                "tools/call",
+                {
+                    "name": "ask_name",
+                    "arguments": {},
+                    "_meta": {
+                        era.PROTOCOL_VERSION: "2026-07-28",
+                        era.CLIENT_CAPABILITIES: {"elicitation": {}},
+                    },
+                },
+            ),
+            bob,
+        )
+        assert parked_b["result"]["resultType"] == "input_required"
+        carol = principal(c, "carol")
+        refused = await call_as(c, carol, "plain")
+        done = await retry(c, parked_a, {"input-1": accept("Al")}, msg_id=3)
+        admitted = await call_as(c, carol, "plain")
+    error = refused["error"]
+    assert error["data"] == {"source": "mcp-era-gateway", "reason": "upstream-busy"}
+    assert "max_processes" in error["message"]
+    assert text(done) == "Hello, Al"
+    assert text(admitted) == "ok"
+
+
+async def test_max_sessions_bounds_one_principal_not_all() -> None:
+    """`max_sessions` keeps its meaning per principal: with 2, one principal's
+    third feature set replaces its own idle session, not another's."""
+    count = counting()
+    async with gateway(legacy_server({"tools/call": count}), max_sessions=2) as c:
+        alice = c.link
+        alice.principal = "alice"
+        bob = principal(c, "bob")
+        await call_as(c, bob)
+        for caps in ({"sampling": {}}, {"roots": {}}, {}):
+            meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: caps}
+            msg = wire.request(
+                next(_ids), "tools/call", {"name": "x", "arguments": {}, "_meta": meta}
+            )
+            await send_and_wait(c, msg, alice)
+        keys = sorted(
+            (s.key.principal, sorted(s.key.features)) for s in c.service.pool.sessions.values()
+        )
+    # (The start-up session, declaring every feature, waits for a taker.)
+    assert keys == [
+        ("alice", []),
+        ("alice", ["roots"]),
+        ("bob", []),
+        ("local", ["elicitation", "roots", "sampling"]),
+    ]
+
+
+async def test_a_session_a_listen_relies_on_is_not_evicted() -> None:
+    """DESIGN §5.1.9: a listen's upstream subscriptions live on its session;
+    evicting it would silently end the listen's notifications."""
+
+    async def ok(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        return {}
+
+    handlers = {"resources/subscribe": ok, "resources/unsubscribe": ok, "tools/call": ok}
+    caps = {"tools": {}, "resources": {"subscribe": True}}
+    async with gateway(legacy_server(handlers, capabilities=caps), max_processes=1) as c:
+        c.link.principal = "alice"
+        await c.send(
+            wire.request(
+                1,
+                "subscriptions/listen",
+                {"notifications": {"resourceSubscriptions": ["a://1"]}, "_meta": dict(PLAIN)},
+            )
+        )
+        assert (await c.next())["method"] == "notifications/subscriptions/acknowledged"
+        refused = await call_as(c, principal(c, "bob"))
+        alive = [not s.closed for s in c.upstream.spawned]
+    assert refused["error"]["data"]["reason"] == "upstream-busy"
+    assert alive == [True]
