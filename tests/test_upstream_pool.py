@@ -206,3 +206,110 @@ async def test_a_session_a_listen_relies_on_is_not_evicted() -> None:
         alive = [not s.closed for s in c.upstream.spawned]
     assert refused["error"]["data"]["reason"] == "upstream-busy"
     assert alive == [True]
+
+
+# -- backoff ---------------------------------------------------------------------
+
+
+class FakeTime:
+    """The pool's clock and sleep, driven by the test: a sleep is recorded and
+    moves the clock on at once."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.waits: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()
+
+    def drive(self, c: Client) -> None:
+        c.service.pool.clock = self.clock
+        c.service.pool.sleep = self.sleep
+
+
+async def until(predicate: Any) -> None:
+    """Let the gateway's tasks run until `predicate()` holds (no sleeping)."""
+    with anyio.fail_after(2):
+        while not predicate():  # each pass lets every ready task run once
+            await anyio.lowlevel.checkpoint()
+
+
+def failing_spawns(dead: range, handlers: dict[str, Any]) -> Any:
+    """Spawns whose number is in `dead` exit at once; the others serve."""
+    inner = legacy_server(handlers)
+    spawns = 0
+
+    async def behaviour(server: ScriptedServer) -> None:
+        nonlocal spawns
+        spawns += 1
+        if spawns in dead:
+            server.die()
+            return
+        await inner(server)
+
+    return behaviour
+
+
+def test_one_backoff_formula_doubles_up_to_its_maximum() -> None:
+    from gateway.core import backoff
+
+    assert [backoff.delay(n, 0.25, 10) for n in range(8)] == [0, 0.25, 0.5, 1, 2, 4, 8, 10]
+    assert backoff.delay(10_000, 0.25, 10) == 10  # a long outage does not overflow
+
+
+async def test_the_backoff_starts_afresh_once_the_upstream_answers_again() -> None:
+    """Issue: "the restart backoff grows to ~10 s and only resets after 30 s
+    of health". A restart whose handshake succeeds resets it: the next crash
+    waits restart_backoff_initial again, not the maximum."""
+    count = counting()
+    upstream = failing_spawns(range(2, 8), {"tools/call": count})
+    args = {"name": "count", "arguments": {}}
+    async with gateway(upstream, restart_backoff_initial=0.25, restart_backoff_max=10) as c:
+        time = FakeTime()
+        time.drive(c)
+        pool = c.service.pool
+        c.upstream.spawned[0].die()
+        await until(lambda: pool.restarts == 1)
+        outage = [await c.call("tools/call", args) for _ in range(6)]
+        back = await c.call("tools/call", args)
+        waits_during_outage = list(time.waits)
+        c.upstream.spawned[-1].die()
+        await until(lambda: pool.restarts == 2)
+        after = await c.call("tools/call", args)
+    assert all(r["error"]["data"]["reason"] == "upstream-failed" for r in outage)
+    assert waits_during_outage == [0.25, 0.5, 1, 2, 4, 8, 10]
+    assert text(back) == "1" and text(after) == "1"
+    assert time.waits[7:] == [0.25]
+
+
+async def test_an_http_upstream_that_accepts_connections_again_is_retried_at_once() -> None:
+    """Issue: "an HTTP upstream back in 0.4 s still waits 10 s". A connect
+    decides: reachable → try now; refused → wait out the backoff."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    upstream = failing_spawns(range(1, 4), {"tools/call": counting()})
+    args = {"name": "count", "arguments": {}}
+    config = {"upstream_url": f"http://127.0.0.1:{port}/mcp"}
+    backoff = {"restart_backoff_initial": 30, "restart_backoff_max": 60}
+    async with gateway(upstream, **backoff, **config) as c:
+        time = FakeTime()
+        time.drive(c)
+        pool = c.service.pool
+        assert pool.failure is not None  # the start failed: the backoff is 30 s
+        first = await c.call("tools/call", args)  # reachable: retried at once
+        c.upstream.spawned[-1].die()
+        await until(lambda: pool.restarts == 1)
+        again = await c.call("tools/call", args)  # reachable again: no wait
+        waits_while_reachable = list(time.waits)
+        await listener.aclose()
+        c.upstream.spawned[-1].die()
+        await until(lambda: pool.restarts == 2)
+        refused = await c.call("tools/call", args)  # unreachable: the backoff applies
+    assert text(first) == "1" and text(again) == "1" and text(refused) == "1"
+    assert waits_while_reachable == []
+    assert time.waits == [30]

@@ -138,6 +138,7 @@ class UpstreamPool:
         # What opening a session is waiting for now, for the timeout's message.
         self._stage = "the start-up probe"
         self._last_process: ServerConnection | None = None
+        self._opening: list[UpstreamSession] = []
         self._closing: list[ServerConnection] = []
         # Told when a session dies unasked (the service re-establishes what
         # lived on it, e.g. resource subscriptions).
@@ -180,12 +181,11 @@ class UpstreamPool:
                 self._note_failure()
             log.error("upstream refused the credential", reason=str(exc))
         except TimeoutError:
+            # (_open counted the failure for the backoff.)
             self._failure = await self._with_last_words(self.timeout_reason())
-            self._note_failure()
             log.error("upstream unavailable", reason=self._failure)
         except (UpstreamUnavailable, UpstreamGone, OSError) as exc:
             self._failure = await self._with_last_words(_describe(exc))
-            self._note_failure()
             log.error("upstream unavailable", reason=self._failure)
         finally:
             self._attempts += 1
@@ -354,7 +354,7 @@ class UpstreamPool:
                     return self._claim(await self._open(key, first=False))
         except TimeoutError:
             raise UpstreamUnavailable(await self._with_last_words(self.timeout_reason())) from None
-        except (UpstreamGone, UpstreamUnavailable) as exc:
+        except (UpstreamGone, UpstreamUnavailable, OSError) as exc:
             if isinstance(exc, UpstreamBusy | UpstreamUnauthorized):
                 raise
             raise UpstreamUnavailable(await self._with_last_words(_describe(exc))) from None
@@ -432,8 +432,11 @@ class UpstreamPool:
     # -- opening ---------------------------------------------------------
     async def _open(self, key: SessionKey, *, first: bool) -> UpstreamSession:
         await self._backoff()
-        session = await self._spawn(key)
+        # Every process this attempt starts (the probe may need a second one):
+        # all of them go if it fails.
+        self._opening = []
         try:
+            session = await self._spawn(key)
             if not first and self.era is not None:
                 try:
                     if self.era is era.Era.MODERN:
@@ -453,9 +456,14 @@ class UpstreamPool:
                 if self.era is era.Era.MODERN:
                     key = self.key_for(key.principal, {})
                     session.key = key
-        except BaseException:
-            await self._retire(session, "failed to open")
+        except BaseException as exc:
+            if not isinstance(exc, UpstreamUnauthorized):
+                self._note_failure()  # a credential refused is not an outage
+            for started in self._opening:
+                await self._retire(started, "failed to open")
             raise
+        finally:
+            self._opening = []
         self._note_healthy()
         self.sessions[key] = session
         return session
@@ -482,6 +490,7 @@ class UpstreamPool:
         process.tap = self._tap
         session = UpstreamSession(process, key, label=f"pid {process.pid}")
         self._processes[session] = process
+        self._opening.append(session)
         assert self._tg is not None
         self._tg.start_soon(process.run_background)
         self._tg.start_soon(self._supervise, session, process)
@@ -492,10 +501,12 @@ class UpstreamPool:
         await session.run_reader(self._handler, self._corker)
         if self._processes.pop(session, None) is None:
             return  # retired on purpose
-        if self.sessions.get(session.key) is session:
+        opened = self.sessions.get(session.key) is session
+        if opened:
             del self.sessions[session.key]
         code = await process.aclose(self.config.shutdown_grace)
-        self._note_failure()
+        if opened:
+            self._note_failure()  # (one that dies while opening is counted by _open)
         self.restarts += 1
         log.warning(
             "upstream exited; the next request restarts it",
