@@ -5,6 +5,7 @@ wedge or exhaust the gateway": the pool's defects)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -313,3 +314,29 @@ async def test_an_http_upstream_that_accepts_connections_again_is_retried_at_onc
     assert text(first) == "1" and text(again) == "1" and text(refused) == "1"
     assert waits_while_reachable == []
     assert time.waits == [30]
+
+
+async def test_over_http_two_token_principals_alternate_without_restarts(tmp_path: Path) -> None:
+    """The issue's own scenario, through the HTTP front with [http] tokens and
+    the default max_sessions = 1: ten calls alternating between two principals
+    each reach their principal's one process (the flaky server answers with its
+    pid), never a fresh one."""
+    from tests.test_http_front import call as http_call
+    from tests.test_http_front import gateway as http_gateway
+    from tests.test_http_front import modern_headers
+
+    tokens = '[http]\ntokens = { alice = "alice-token", bob = "bob-token" }\n'
+    pids: dict[str, set[str]] = {"alice": set(), "bob": set()}
+    async with http_gateway(tmp_path, config=tokens) as c:
+        for i in range(10):
+            who = "alice" if i % 2 == 0 else "bob"
+            headers = {
+                **modern_headers("tools/call", "pid"),
+                "authorization": f"Bearer {who}-token",
+            }
+            reply = await c.post(
+                "/mcp", json=http_call(i, "tools/call", name="pid"), headers=headers
+            )
+            pids[who].add(reply.json()["result"]["content"][0]["text"])
+    assert len(pids["alice"]) == 1 and len(pids["bob"]) == 1
+    assert pids["alice"] != pids["bob"]

@@ -46,8 +46,8 @@ MODERN_KEY = SessionKey("*", frozenset())
 # its sessions (never logged or written anywhere); the oldest go first.
 CREDENTIALS_KEPT = 4096
 # ... and each credential has its own connection to a modern server. Those
-# cost the server nothing, so max_sessions (processes, legacy sessions) does
-# not bound them; this does.
+# cost the server nothing, so max_sessions and max_processes (processes,
+# legacy sessions) do not bound them; this does.
 MODERN_CONNECTIONS = 1024
 
 
@@ -509,7 +509,9 @@ class UpstreamPool:
             self._note_failure()  # (one that dies while opening is counted by _open)
         self.restarts += 1
         log.warning(
-            "upstream exited; the next request restarts it",
+            "upstream exited; the next request restarts it"
+            if opened
+            else "upstream exited while it was being started",
             returncode=code,
             reason=session.closed_reason,
         )
