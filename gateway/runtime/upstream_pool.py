@@ -219,17 +219,14 @@ class UpstreamPool:
         await self._ready.wait()
         if self.profile is None and retry:
             async with self._settling:  # one attempt at a time
-                if (
-                    self.profile is None
-                    and self._attempts == seen
-                    and (
-                        (self.awaiting_credentials and principal in self._credentials)
-                        or await self._retry_allowed()
-                    )
+                if self.profile is None and (
+                    (self.awaiting_credentials and principal in self._credentials)
+                    or (self._attempts == seen and await self._retry_allowed())
                 ):
                     # An outage is never a verdict (DESIGN §4): a sidecar that
                     # started before its upstream tries again, at most once per
-                    # backoff delay, or at once when it can be reached again.
+                    # backoff delay, or at once when it can be reached again;
+                    # a refused credential is tried again with this client's.
                     await self._settle_first(principal)
         if self.profile is None:
             if self._refusal is not None:
