@@ -340,3 +340,27 @@ async def test_over_http_two_token_principals_alternate_without_restarts(tmp_pat
             pids[who].add(reply.json()["result"]["content"][0]["text"])
     assert len(pids["alice"]) == 1 and len(pids["bob"]) == 1
     assert pids["alice"] != pids["bob"]
+
+
+async def test_a_failed_start_stops_every_process_it_started() -> None:
+    """DESIGN §4: a process that dies in the probe is replaced and treated as
+    legacy. When that second process then fails its handshake, it was left
+    running (every process, lease and slot is released on every path)."""
+    spawns = 0
+
+    async def dies_then_refuses(server: ScriptedServer) -> None:
+        nonlocal spawns
+        spawns += 1
+        if spawns == 1:
+            server.die()
+            return
+        while True:  # ends when the gateway closes the pipe
+            msg = await server.recv()
+            if "id" in msg:
+                await server.emit(wire.error_response(msg["id"], wire.INTERNAL_ERROR, "no"))
+
+    async with gateway(dies_then_refuses) as c:
+        failure = c.service.pool.failure
+        closed = [s.closed for s in c.upstream.spawned]
+    assert failure is not None
+    assert closed == [True, True]
