@@ -44,7 +44,19 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--max-sessions",
         type=int,
         metavar="N",
-        help="legacy upstream processes to run at most (default 1)",
+        help="legacy upstream sessions per principal, one per feature set (default 1)",
+    )
+    p.add_argument(
+        "--max-processes",
+        type=int,
+        metavar="N",
+        help="legacy upstream processes across all principals (default 16)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="bound on starting the upstream: spawn, era probe, initialize (default 30)",
     )
     p.add_argument(
         "--request-timeout",
@@ -83,6 +95,8 @@ def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Conf
         "log_level": ns.log_level,
         "log_format": ns.log_format,
         "max_sessions": ns.max_sessions,
+        "max_processes": ns.max_processes,
+        "startup_timeout": ns.startup_timeout,
         "request_timeout": ns.request_timeout,
         "probe_timeout": ns.probe_timeout,
         "max_message_bytes": ns.max_message_bytes,

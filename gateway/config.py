@@ -29,7 +29,10 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     upstream_era: str = "auto"  # auto | modern | legacy
     client_info: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CLIENT_INFO))
-    max_sessions: int = 1
+    max_sessions: int = 1  # per principal: legacy sessions, one per declared feature set
+    # Legacy upstream processes (or HTTP sessions) across all principals; past
+    # it the least recently used idle one is stopped.
+    max_processes: int = 16
     # Bounds (seconds, bytes, counts)
     probe_timeout: float = 5.0
     startup_timeout: float = 30.0
@@ -115,6 +118,8 @@ class Config:
             )
         if self.max_sessions < 1:
             raise ConfigError("max_sessions must be at least 1")
+        if self.max_processes < 1:
+            raise ConfigError("max_processes must be at least 1")
         for name in (
             "probe_timeout",
             "startup_timeout",
@@ -160,6 +165,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("upstream", "era"): "upstream_era",
     ("upstream", "client_info"): "client_info",
     ("upstream", "max_sessions"): "max_sessions",
+    ("upstream", "max_processes"): "max_processes",
     ("upstream", "probe_timeout"): "probe_timeout",
     ("upstream", "startup_timeout"): "startup_timeout",
     ("upstream", "request_timeout"): "request_timeout",

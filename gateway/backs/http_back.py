@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import anyio
 import orjson
@@ -725,6 +726,23 @@ class HttpConnector:
         )
         log.info("upstream http connection", url=self.url, id=connection.pid)
         return connection
+
+    async def reachable(self, timeout: float) -> bool:
+        """Whether the upstream accepts a TCP connection now: after an outage,
+        a server that is back is tried at once rather than after the backoff.
+        Only the connect is tried (no TLS, no request): it is cheap and says
+        what the backoff guesses at."""
+        parts = urlsplit(self.url)
+        if not parts.hostname:
+            return False
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with anyio.fail_after(timeout):
+                stream = await anyio.connect_tcp(parts.hostname, port)
+        except (OSError, TimeoutError):
+            return False  # refused, unreachable or silent: wait out the backoff
+        await stream.aclose()
+        return True
 
     async def aclose(self) -> None:
         if self._client is not None:

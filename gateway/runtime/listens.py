@@ -75,6 +75,10 @@ class Listens:
                             timeout=self.config.request_timeout,
                         )
 
+    def holds(self, session: UpstreamSession) -> bool:
+        """Whether a listen relies on `session` (its upstream subscriptions)."""
+        return any(active.session is session for active in self.active.values())
+
     async def deliver(self, session: UpstreamSession, msg: wire.Message) -> None:
         """A legacy server's change notification, to every listener that asked."""
         for listener in self.table.matching(msg):

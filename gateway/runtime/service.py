@@ -73,6 +73,7 @@ class GatewayService:
         self.bridge = MrtrBridge(config, self._forward, self._shape)
         self.listens = Listens(config)
         self.pool.on_session_lost = self._session_lost
+        self.pool.in_use = self.listens.holds
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
 
@@ -286,10 +287,11 @@ class GatewayService:
         except UpstreamUnauthorized as exc:
             return failure_reply(exc, msg_id)
         except (UpstreamUnavailable, TimeoutError) as exc:
+            why = str(exc) if isinstance(exc, UpstreamUnavailable) else self.pool.timeout_reason()
             return wire.gateway_error(
                 msg_id,
                 wire.INTERNAL_ERROR,
-                f"Upstream server unavailable: {exc}",
+                f"Upstream server unavailable: {why}",
                 reason="upstream-unavailable",
             )
         decision = self._route(link, msg, profile)

@@ -65,6 +65,11 @@ class UpstreamUnavailable(Exception):
     """No session can be had: the upstream is down, busy or unusable."""
 
 
+class UpstreamBusy(UpstreamUnavailable):
+    """Every session the bounds allow is running calls: none can be made for
+    this one (it may be tried again once one is idle)."""
+
+
 class UpstreamUnauthorized(UpstreamUnavailable):
     """The upstream refused the credential it was sent (HTTP 401/403): the
     refusal itself is kept, for the client whose credential it was."""
@@ -80,6 +85,10 @@ def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Messag
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
         return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout")
+    if isinstance(exc, UpstreamBusy):
+        return wire.gateway_error(
+            msg_id, wire.INTERNAL_ERROR, f"Upstream busy: {exc}", reason="upstream-busy"
+        )
     return wire.gateway_error(
         msg_id, wire.INTERNAL_ERROR, f"Upstream server failed: {exc}", reason="upstream-failed"
     )
@@ -137,6 +146,8 @@ class UpstreamSession:
         self.closed_reason: str | None = None
         self.lease = SessionLease()
         self.started = time.monotonic()
+        # When a client last used it (the pool's order, for idle eviction).
+        self.last_used = 0
         self._next_id = 0
         self._next_token = 0
 
