@@ -55,7 +55,7 @@ async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
     service = GatewayService(config)
-    front = HttpFront(service, Metrics())
+    front = HttpFront(service, Metrics(config.passthrough_methods))
     server = _Server(
         service,
         uvicorn.Config(
