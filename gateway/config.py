@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway import era
+from gateway.core import authority
 from gateway.translate import CacheHint
 
 DEFAULT_CLIENT_INFO = {"name": "mcp-era-gateway", "version": "0.1.0"}
@@ -70,6 +71,8 @@ class Config:
     http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     http_allowed_origins: tuple[str, ...] = ()
     http_tokens: dict[str, str] = field(default_factory=dict)  # principal -> bearer token
+    # name -> bearer token for /metrics and /readyz details (http_tokens when empty)
+    http_admin_tokens: dict[str, str] = field(default_factory=dict)
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
@@ -138,6 +141,7 @@ class Config:
                 raise ConfigError("each static root needs a string uri")
         if self.max_message_bytes < 1024:
             raise ConfigError("max_message_bytes must be at least 1024")
+        self._check_http()
         for scope in [self.default_cache_scope, *self.cache_scope.values()]:
             if scope not in ("public", "private"):
                 raise ConfigError(f"cache scope must be public or private, not {scope!r}")
@@ -146,6 +150,33 @@ class Config:
                 raise ConfigError(
                     f"{method!r} is not a cacheable method ({', '.join(sorted(era.CACHEABLE))})"
                 )
+
+    def _check_http(self) -> None:
+        for host in self.http_allowed_hosts:
+            try:
+                authority.parse_host_name(host)
+            except authority.BadAuthority as exc:
+                raise ConfigError(
+                    f"[http] allowed_hosts: {host!r} is not a host name: {exc}"
+                ) from None
+        for origin in self.http_allowed_origins:
+            try:
+                authority.parse_origin(origin)
+            except authority.BadAuthority as exc:
+                raise ConfigError(
+                    f"[http] allowed_origins: {origin!r} is not scheme://host[:port]: {exc}"
+                ) from None
+        for table, tokens in (
+            ("tokens", self.http_tokens),
+            ("admin_tokens", self.http_admin_tokens),
+        ):
+            for name, token in tokens.items():
+                if not isinstance(token, str) or not token.strip():
+                    raise ConfigError(
+                        f"[http] {table}: the token of {name!r} must be a non-empty string"
+                    )
+            if len(set(tokens.values())) < len(tokens):
+                raise ConfigError(f"[http] {table}: two names share one token")
 
 
 # TOML table.key -> Config field
@@ -176,6 +207,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "allowed_hosts"): "http_allowed_hosts",
     ("http", "allowed_origins"): "http_allowed_origins",
     ("http", "tokens"): "http_tokens",
+    ("http", "admin_tokens"): "http_admin_tokens",
     ("http", "max_sessions"): "http_max_sessions",
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",

@@ -17,9 +17,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import era, wire
 from gateway.config import Config
+from gateway.core import authority
 from gateway.fronts.http_front import HttpFront
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
@@ -159,3 +162,204 @@ def test_label_values_are_escaped() -> None:
     from gateway.runtime.metrics import label_value
 
     assert label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+
+
+# -- Host and Origin ------------------------------------------------------------------
+
+MCP_CALL = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {
+        "name": "echo",
+        "arguments": {},
+        "_meta": {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}},
+    },
+}
+MODERN_HEADERS = {
+    **JSON_HEADERS,
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+    "mcp-name": "echo",
+}
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("localhost:80@evil.com", 400),  # userinfo: a lenient parser reads "localhost"
+        ("127.0.0.1:99999", 400),  # no such port
+        ("127.0.0.1:0", 400),
+        ("127.0.0.1:", 400),
+        ("[::1", 400),
+        ("127.1", 400),  # a browser's 127.0.0.1, but not the allowed name
+        ("localhost/evil", 400),
+        ("evil.example", 403),  # well-formed, not allowed
+        ("localhost.evil.example:8080", 403),
+        ("[::2]:8080", 403),
+        ("127.0.0.1:8080", 200),
+        ("LOCALHOST:8080", 200),
+        ("[::1]:8080", 200),
+        ("[0:0:0:0:0:0:0:1]", 200),
+    ],
+)
+async def test_host_is_parsed_strictly(host: str, status: int) -> None:
+    """Issue: "`Host: localhost:80@evil.com` and `Host: 127.0.0.1:99999` are
+    accepted". RFC 9110 §7.2 / RFC 3986 §3.2.2 authority, no userinfo, port
+    1-65535: 400 when malformed, 403 when not allowed (2026-07-28
+    streamable-http "Security Warning": DNS rebinding)."""
+    async with sidecar() as client:
+        reply = await client.post("/mcp", json=MCP_CALL, headers={**MODERN_HEADERS, "host": host})
+        assert reply.status_code == status, reply.text
+        if status != 200:
+            error = reply.json()["error"]
+            assert error["data"]["source"] == "mcp-era-gateway"
+            assert error["data"]["reason"] in ("malformed-host", "host-not-allowed")
+        # Nothing about the upstream reaches a refused Host on /metrics either.
+        metrics = await client.get("/metrics", headers={"host": host})
+        assert metrics.status_code == status
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [
+        ("http://localhost:80@evil.com", 403),
+        ("http://127.0.0.1:99999", 403),
+        ("null", 403),
+        ("http://evil.example", 403),
+        ("https://app.example:8443", 200),  # in allowed_origins
+        ("HTTPS://APP.example:8443", 200),
+        ("https://app.example", 403),  # another port: another origin
+        ("http://localhost:3000", 200),  # an allowed host name
+    ],
+)
+async def test_origin_is_parsed_strictly(origin: str, status: int) -> None:
+    """RFC 6454 §7 serialised origin; an allowed origin or an allowed host
+    name, else 403 (2026-07-28 streamable-http: "Servers MUST validate the
+    Origin header ... respond with HTTP 403 Forbidden")."""
+    async with sidecar(http_allowed_origins=("https://app.example:8443",)) as client:
+        reply = await client.post(
+            "/mcp", json=MCP_CALL, headers={**MODERN_HEADERS, "origin": origin}
+        )
+        assert reply.status_code == status, reply.text
+
+
+async def test_two_host_headers_are_a_bad_request() -> None:
+    """RFC 9112 §3.2: a request with more than one Host field line gets 400."""
+    async with sidecar() as client:
+        transport = client._transport
+        request = httpx.Request(
+            "GET",
+            "http://127.0.0.1:8080/metrics",
+            headers=[("host", "127.0.0.1:8080"), ("host", "evil.example")],
+        )
+        reply = await transport.handle_async_request(request)
+        assert reply.status_code == 400
+
+
+_NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9](\.[a-z][a-z0-9]{0,5}){0,3}", fullmatch=True)
+_HOSTS = st.one_of(
+    _NAMES,
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).map(lambda ip: f"[{ip}]"),
+)
+
+
+@given(host=_HOSTS, port=st.none() | st.integers(1, 65535))
+def test_well_formed_authorities_parse_to_what_they_say(host: str, port: int | None) -> None:
+    """Property: a well-formed authority parses to its host and port."""
+    text = host if port is None else f"{host}:{port}"
+    parsed = authority.parse_host(text)
+    assert parsed.port == port
+    assert parsed.host == authority.parse_host_name(host)
+    assert authority.parse_host(text.upper()) == parsed
+
+
+@given(text=st.text(max_size=40) | st.from_regex(r"[a-z0-9.:@\[\]%/-]{0,30}", fullmatch=True))
+def test_whatever_parses_is_one_unambiguous_authority(text: str) -> None:
+    """Property: anything accepted has no userinfo, path or whitespace, a
+    port in 1-65535, and re-serialises to an authority that parses the same;
+    everything else is a BadAuthority, never another exception."""
+    try:
+        parsed = authority.parse_host(text)
+    except authority.BadAuthority:
+        return
+    assert not set(text) & set("@/?#% \t\r\n\\")
+    assert parsed.port is None or 0 < parsed.port < 65536
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    again = host if parsed.port is None else f"{host}:{parsed.port}"
+    assert authority.parse_host(again) == parsed
+
+
+# -- 401, /metrics and /readyz -------------------------------------------------------------
+
+
+async def test_a_401_carries_a_bearer_challenge() -> None:
+    """Issue: "A 401 carries no WWW-Authenticate". RFC 6750 §3: a request
+    without a token gets the bare challenge, one with a wrong token
+    `error="invalid_token"` (RFC 9110 §11.6.1: a 401 MUST carry one)."""
+    async with sidecar(http_tokens={"alice": "alice-token"}) as client:
+        none = await client.post("/mcp", json=MCP_CALL, headers=MODERN_HEADERS)
+        assert none.status_code == 401
+        assert none.headers["www-authenticate"] == 'Bearer realm="mcp-era-gateway"'
+        assert none.json()["error"]["data"]["reason"] == "unauthorized"
+        wrong = await client.post(
+            "/mcp", json=MCP_CALL, headers={**MODERN_HEADERS, "authorization": "Bearer nope"}
+        )
+        assert wrong.status_code == 401
+        challenge = wrong.headers["www-authenticate"]
+        assert challenge.startswith('Bearer realm="mcp-era-gateway", error="invalid_token"')
+        right = await client.post(
+            "/mcp",
+            json=MCP_CALL,
+            headers={**MODERN_HEADERS, "authorization": "Bearer alice-token"},
+        )
+        assert right.status_code == 200
+
+
+async def test_metrics_and_readyz_details_need_what_mcp_needs() -> None:
+    """Issue: "/metrics and /readyz (with serverInfo) answer anyone, any Host,
+    without a token". With `[http] tokens`: a token for /metrics and for the
+    /readyz details; /healthz and the bare /readyz status stay open to probes."""
+    async with sidecar(http_tokens={"alice": "alice-token"}) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        bare = await client.get("/readyz", headers={"host": "10.1.2.3:8080"})
+        assert bare.status_code == 200 and bare.json() == {"status": "ready"}
+        assert (await client.get("/readyz")).json() == {"status": "ready"}
+        alive = await client.get("/healthz", headers={"host": "10.1.2.3:8080"})
+        assert alive.status_code == 200
+        token = {"authorization": "Bearer alice-token"}
+        assert (await client.get("/metrics", headers=token)).status_code == 200
+        details = (await client.get("/readyz", headers=token)).json()
+        assert details["era"] == "legacy" and details["server"]["name"] == "scripted-legacy"
+        # A token does not open them to a foreign Host.
+        foreign = {**token, "host": "evil.example"}
+        assert (await client.get("/metrics", headers=foreign)).status_code == 403
+        assert (await client.get("/readyz", headers=foreign)).json() == {"status": "ready"}
+
+
+async def test_admin_tokens_alone_read_metrics() -> None:
+    """With `[http] admin_tokens`, /metrics and the /readyz details take those
+    tokens and no client token; /mcp takes client tokens only."""
+    async with sidecar(
+        http_tokens={"alice": "alice-token"}, http_admin_tokens={"prometheus": "scrape-token"}
+    ) as client:
+        alice = {"authorization": "Bearer alice-token"}
+        scrape = {"authorization": "Bearer scrape-token"}
+        assert (await client.get("/metrics", headers=alice)).status_code == 401
+        assert (await client.get("/metrics", headers=scrape)).status_code == 200
+        assert (await client.get("/readyz", headers=alice)).json() == {"status": "ready"}
+        assert "server" in (await client.get("/readyz", headers=scrape)).json()
+        call = await client.post("/mcp", json=MCP_CALL, headers={**MODERN_HEADERS, **scrape})
+        assert call.status_code == 401
+
+
+async def test_without_tokens_details_are_for_allowed_hosts() -> None:
+    """Without tokens (a loopback sidecar): /metrics and the /readyz details
+    for allowed Hosts only, which is what a DNS-rebinding page cannot send."""
+    async with sidecar() as client:
+        assert (await client.get("/metrics")).status_code == 200
+        assert "server" in (await client.get("/readyz")).json()
+        rebound = {"host": "evil.example"}
+        assert (await client.get("/metrics", headers=rebound)).status_code == 403
+        assert (await client.get("/readyz", headers=rebound)).json() == {"status": "ready"}
