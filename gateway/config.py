@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -14,8 +16,43 @@ from gateway.translate import CacheHint
 DEFAULT_CLIENT_INFO = {"name": "mcp-era-gateway", "version": "0.1.0"}
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# RFC 9110 §5.1 field-name token; a field value without CR, LF or NUL.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[^\r\n\x00]*")
+
+
 class ConfigError(Exception):
-    pass
+    """A setting the gateway cannot run with; the message names it."""
+
+
+def normalize_listen(value: str) -> str:
+    """`stdio`, or HOST:PORT in canonical form. `http://HOST:PORT` and
+    `http://HOST:PORT/mcp` are accepted, since that is how the endpoint is
+    written everywhere else."""
+    if value == "stdio":
+        return value
+    text = value
+    if text.lower().startswith("http://"):
+        text = text[len("http://") :]
+        for path in ("/mcp", "/"):
+            if text.endswith(path):
+                text = text[: -len(path)]
+                break
+    try:
+        if text.lower().startswith("https://"):
+            raise authority.BadAuthority("the gateway serves plain HTTP; put TLS in a proxy")
+        if "/" in text:
+            raise authority.BadAuthority("the endpoint is always /mcp")
+        parsed = authority.parse_host(text)
+        if parsed.port is None:
+            raise authority.BadAuthority("a port is required")
+    except authority.BadAuthority as exc:
+        raise ConfigError(
+            f"listen must be 'stdio' or HOST:PORT (e.g. 127.0.0.1:8080), not {value!r}: {exc}"
+        ) from None
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    return f"{host}:{parsed.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +132,31 @@ class Config:
 
     def with_overrides(self, **overrides: Any) -> Config:
         cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg = cfg.normalized()
         cfg.check()
         return cfg
+
+    def normalized(self) -> Config:
+        """The same settings in canonical form: `listen` as HOST:PORT (a URL
+        form is accepted) and the log level in lower case."""
+        return replace(
+            self,
+            listen=normalize_listen(self.listen),
+            log_level=self.log_level.lower() if isinstance(self.log_level, str) else self.log_level,
+        )
 
     def check(self) -> None:
         if self.upstream_era not in ("auto", "modern", "legacy"):
             raise ConfigError(
                 f"upstream_era must be auto, modern or legacy, not {self.upstream_era!r}"
             )
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
+            )
         if self.log_format not in ("console", "json"):
             raise ConfigError(f"log_format must be console or json, not {self.log_format!r}")
-        if self.listen != "stdio":
-            host, _, port = self.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(f"listen must be 'stdio' or HOST:PORT, not {self.listen!r}")
+        normalize_listen(self.listen)
         url = self.upstream_url
         if url is not None and not url.startswith(("http://", "https://")):
             raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
@@ -119,28 +167,20 @@ class Config:
                 "forward_authorization needs an HTTP front (--listen HOST:PORT) "
                 "and an HTTP upstream (--upstream URL)"
             )
-        if self.max_sessions < 1:
-            raise ConfigError("max_sessions must be at least 1")
-        if self.max_processes < 1:
-            raise ConfigError("max_processes must be at least 1")
-        for name in (
-            "probe_timeout",
-            "startup_timeout",
-            "request_timeout",
-            "shutdown_grace",
-            "upstream_exit_grace",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
-        if self.state_ttl <= 0 or self.max_rounds < 1 or self.max_parked_calls < 1:
-            raise ConfigError("state_ttl, max_rounds and max_parked_calls must be positive")
+        self._check_bounds()
         if self.state_key is not None and len(self.state_key.encode()) < 16:
             raise ConfigError("state_key must be at least 16 bytes")
         for root in self.static_roots:
             if not isinstance(root.get("uri"), str):
                 raise ConfigError("each static root needs a string uri")
-        if self.max_message_bytes < 1024:
-            raise ConfigError("max_message_bytes must be at least 1024")
+            if not isinstance(root.get("name", ""), str):
+                raise ConfigError("a static root's name must be a string")
+        for key in ("name", "version"):
+            if not isinstance(self.client_info.get(key), str):
+                raise ConfigError(f"[upstream] client_info needs a string {key}")
+        for name, value in self.upstream_headers.items():
+            if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
+                raise ConfigError(f"[upstream] headers: {name!r} is not a valid HTTP header")
         self._check_http()
         for scope in [self.default_cache_scope, *self.cache_scope.values()]:
             if scope not in ("public", "private"):
@@ -150,6 +190,53 @@ class Config:
                 raise ConfigError(
                     f"{method!r} is not a cacheable method ({', '.join(sorted(era.CACHEABLE))})"
                 )
+
+    def _check_bounds(self) -> None:
+        """Every bound a finite number in its range: a NaN or an infinite
+        timeout would be no bound, a zero idle time a busy loop."""
+        positive = (
+            "probe_timeout",
+            "startup_timeout",
+            "request_timeout",
+            "listen_timeout",
+            "shutdown_grace",
+            "upstream_exit_grace",
+            "restart_backoff_initial",
+            "restart_backoff_max",
+            "state_ttl",
+            "http_session_idle",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(
+                    f"{_where(name)} must be a positive number of seconds, not {value}"
+                )
+        if not math.isfinite(self.input_batch_window) or self.input_batch_window < 0:
+            raise ConfigError("input_batch_window must be zero or a positive number of seconds")
+        if self.restart_backoff_max < self.restart_backoff_initial:
+            raise ConfigError("restart_backoff_max must not be less than restart_backoff_initial")
+        at_least_one = (
+            "max_sessions",
+            "max_processes",
+            "max_rounds",
+            "max_parked_calls",
+            "max_inflight_per_client",
+            "http_max_sessions",
+            "http_max_concurrent",
+        )
+        for name in at_least_one:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{_where(name)} must be at least 1")
+        if self.max_message_bytes < 1024:
+            raise ConfigError("max_message_bytes must be at least 1024")
+        for name, ttl in (
+            ("default_ttl_ms", self.default_ttl_ms),
+            ("notified_ttl_ms", self.notified_ttl_ms),
+            *self.cache_ttl_ms.items(),
+        ):
+            if ttl < 0:
+                raise ConfigError(f"the ttl_ms of {name} must not be negative")
 
     def _check_http(self) -> None:
         for host in self.http_allowed_hosts:
@@ -227,6 +314,12 @@ _KEYS: dict[tuple[str, str], str] = {
     ("cache", "scope"): "cache_scope",
 }
 _TYPES = {f.name: f.type for f in fields(Config)}
+_WHERE = {name: f"[{table}] {key}" for (table, key), name in _KEYS.items()}
+
+
+def _where(name: str) -> str:
+    """How the operator writes a setting: its TOML key."""
+    return _WHERE.get(name, name)
 
 
 def load(path: str | Path | None) -> Config:
@@ -245,7 +338,7 @@ def load(path: str | Path | None) -> Config:
             if name is None:
                 raise ConfigError(f"unknown config key [{table}] {key}")
             values[name] = _coerce(name, value, f"[{table}] {key}")
-    cfg = Config(**values)
+    cfg = Config(**values).normalized()
     cfg.check()
     return cfg
 
@@ -273,6 +366,13 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     if kind.startswith("dict"):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a table")
+        of = {"dict[str, str]": (str, "a string"), "dict[str, int]": (int, "an integer")}
+        expected = of.get(kind)
+        for key, item in value.items():
+            if expected is not None and (
+                not isinstance(item, expected[0]) or isinstance(item, bool)
+            ):
+                raise ConfigError(f"{where}: {key!r} must be {expected[1]}")
         return dict(value)
     if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)

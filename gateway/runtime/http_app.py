@@ -21,6 +21,9 @@ from gateway.runtime.service import GatewayService
 
 log = structlog.get_logger("gateway.http")
 
+# As for any other configuration the gateway cannot run with (cli.EXIT_CONFIG).
+EXIT_CANNOT_LISTEN = 2
+
 
 class _Server(uvicorn.Server):
     """uvicorn, ending listen streams gracefully before it waits for open
@@ -51,17 +54,34 @@ async def _exit_on_signal(server: uvicorn.Server) -> None:
             server.should_exit = True
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts, so that a port in
+    use or an address that is not ours is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
 async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
+    try:
+        sock = _bind(host, int(port))
+    except OSError as exc:
+        log.error(
+            "cannot listen", address=config.listen, error=exc.strerror or str(exc), errno=exc.errno
+        )
+        return EXIT_CANNOT_LISTEN
+    with sock:
+        return await _serve(config, sock)
+
+
+async def _serve(config: Config, sock: socket.socket) -> int:
     service = GatewayService(config)
     front = HttpFront(service, Metrics(config.passthrough_methods))
     server = _Server(
         service,
         uvicorn.Config(
             front,
-            host=host,
-            port=int(port),
             lifespan="off",
             access_log=False,
             log_level="warning",
@@ -77,7 +97,7 @@ async def serve_http(config: Config) -> int:
         root.start_soon(front.expire_idle_sessions)
         root.start_soon(_exit_on_signal, server)
         log.info("listening", url=f"http://{config.listen}/mcp")
-        await server.serve()
+        await server.serve(sockets=[sock])
         for session in list(front.sessions.values()):
             front.end_session(session, "gateway shutting down")
         await service.aclose()
