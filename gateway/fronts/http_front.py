@@ -40,6 +40,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 KEEPALIVE = 15.0
 ENDPOINT = "/mcp"
 REALM = "mcp-era-gateway"
+# Host/Origin verdicts remembered: how many, and the longest pair remembered.
+_VERDICTS_MAX = 256
+_VERDICT_KEY_MAX = 512
 
 
 @dataclass(eq=False)
@@ -87,6 +90,7 @@ class HttpFront:
             authority.parse_origin(origin).serialize()
             for origin in self.config.http_allowed_origins
         )
+        self._host_verdicts: dict[tuple[str | None, str | None], authority.Refusal | None] = {}
 
     # -- ASGI ----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -102,7 +106,7 @@ class HttpFront:
             if path == "/readyz":
                 await self._readyz(send, details=self._may_read_details(scope, headers))
                 return
-            self._check_host(scope)
+            self._check_host(scope, headers)
             if path == "/metrics":
                 self._check_admin(headers)
                 await _respond_text(
@@ -158,19 +162,35 @@ class HttpFront:
         await _respond(send, status, body if details else {"status": body["status"]})
 
     # -- security (2026-07-28 streamable-http "Security Warning") ---------------
-    def _check_host(self, scope: Scope) -> None:
+    def _check_host(self, scope: Scope, headers: dict[str, str]) -> None:
         """Host and Origin, parsed strictly: 400 when malformed, 403 when not allowed."""
-        hosts: list[str] = []
-        origins: list[str] = []
-        for key, value in scope["headers"]:
-            name = key.lower()
-            if name == b"host":
-                hosts.append(value.decode("latin-1"))
-            elif name == b"origin":
-                origins.append(value.decode("latin-1"))
-        refusal = authority.check(hosts, origins, self._allowed_hosts, self._allowed_origins)
+        if len(headers) < len(scope["headers"]):
+            # Some field came twice (`headers` kept the last): judge them all.
+            refusal = self._judge_host(_all_values(scope, b"host"), _all_values(scope, b"origin"))
+        else:
+            refusal = self._judge_host_once(headers.get("host"), headers.get("origin"))
         if refusal is not None:
             raise HttpError(refusal.status, refusal.message, reason=refusal.reason)
+
+    def _judge_host_once(self, host: str | None, origin: str | None) -> authority.Refusal | None:
+        """The verdict on one Host and Origin pair, remembered for the few
+        pairs real clients send (bounded: short pairs, a few hundred)."""
+        key = (host, origin)
+        try:
+            return self._host_verdicts[key]
+        except KeyError:
+            pass
+        verdict = self._judge_host(
+            [] if host is None else [host], [] if origin is None else [origin]
+        )
+        if len(host or "") + len(origin or "") <= _VERDICT_KEY_MAX:
+            if len(self._host_verdicts) >= _VERDICTS_MAX:
+                self._host_verdicts.clear()
+            self._host_verdicts[key] = verdict
+        return verdict
+
+    def _judge_host(self, hosts: list[str], origins: list[str]) -> authority.Refusal | None:
+        return authority.check(hosts, origins, self._allowed_hosts, self._allowed_origins)
 
     def _check_admin(self, headers: dict[str, str]) -> None:
         """/metrics and /readyz details: with tokens configured, a bearer token
@@ -181,7 +201,7 @@ class HttpFront:
 
     def _may_read_details(self, scope: Scope, headers: dict[str, str]) -> bool:
         try:
-            self._check_host(scope)
+            self._check_host(scope, headers)
             self._check_admin(headers)
         except HttpError:
             return False
@@ -548,6 +568,10 @@ def _sse(msg: wire.Message) -> bytes:
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _all_values(scope: Scope, name: bytes) -> list[str]:
+    return [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == name]
 
 
 def _bearer(headers: dict[str, str], tokens: dict[str, str]) -> str:
