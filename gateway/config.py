@@ -26,6 +26,21 @@ class ConfigError(Exception):
     """A setting the gateway cannot run with; the message names it."""
 
 
+def _check_upstream_url(url: str) -> None:
+    """http(s)://HOST[:PORT][/path], the authority as strict as a Host header."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
+    if any(c.isspace() for c in url) or "#" in url:
+        raise ConfigError(f"upstream url {url!r} has whitespace or a fragment")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    try:
+        authority.parse_host(netloc)
+    except authority.BadAuthority as exc:
+        hint = " (send credentials with [upstream] headers)" if "@" in netloc else ""
+        raise ConfigError(f"upstream url {url!r}: bad host: {exc}{hint}") from None
+
+
 def normalize_listen(value: str) -> str:
     """`stdio`, or HOST:PORT in canonical form. `http://HOST:PORT` and
     `http://HOST:PORT/mcp` are accepted, since that is how the endpoint is
@@ -158,8 +173,8 @@ class Config:
             raise ConfigError(f"log_format must be console or json, not {self.log_format!r}")
         normalize_listen(self.listen)
         url = self.upstream_url
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
+        if url is not None:
+            _check_upstream_url(url)
         if url is not None and self.command:
             raise ConfigError("give the upstream as a command or as a url, not both")
         if self.http_forward_authorization and (url is None or self.listen == "stdio"):

@@ -111,6 +111,10 @@ def test_bad_config_values_are_one_line_and_exit_2(
         (["--log-level", "verbose"], ["--log-level", "verbose"]),
         (["--bogus"], ["--bogus"]),
         (["--upstream-era", "future"], ["--upstream-era"]),
+        (["--upstream", "ftp://127.0.0.1/mcp"], ["upstream url"]),
+        (["--upstream", "http://"], ["upstream url"]),
+        (["--upstream", "http://localhost:99999/mcp"], ["upstream url", "65535"]),
+        (["--upstream", "http://user:pw@localhost:9000/mcp"], ["upstream url", "headers"]),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(
