@@ -7,7 +7,9 @@ import dataclasses
 import os
 import shutil
 import sys
+import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
@@ -196,12 +198,25 @@ def _check_upstream_command(cfg: config_mod.Config) -> None:
 
 
 def _log_format_asked(argv: list[str]) -> str:
-    """The --log-format of the command line, read without trusting the rest."""
+    """The log format asked for (--log-format, else the config file's), read
+    without trusting the rest of the configuration."""
     opts, _ = _split(argv)
+    config_path = None
     for i, token in enumerate(opts):
-        if token == "--log-format=json" or (
-            token == "--log-format" and opts[i + 1 : i + 2] == ["json"]
-        ):
+        name, inline, value = token.partition("=")
+        if not inline:
+            value = opts[i + 1] if i + 1 < len(opts) else ""
+        if name == "--log-format":
+            return "json" if value == "json" else "console"
+        if name == "--config":
+            config_path = value
+    if config_path is not None:
+        try:
+            raw = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return "console"
+        table = raw.get("gateway")
+        if isinstance(table, dict) and table.get("log_format") == "json":
             return "json"
     return "console"
 

@@ -147,6 +147,12 @@ def test_json_log_format_makes_the_one_line_json(tmp_path: Path) -> None:
     assert event["level"] == "error" and "log_level" in event["error"]
 
 
+def test_a_json_log_format_in_the_config_file_makes_the_one_line_json(tmp_path: Path) -> None:
+    toml = '[gateway]\nlog_format = "json"\n[upstream]\nrequest_timeout = -1\n'
+    event = json.loads(assert_refused(run(tmp_path, toml=toml)))
+    assert "[upstream] request_timeout" in event["error"]
+
+
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     with socket.socket() as sock:
