@@ -54,28 +54,42 @@ async def _exit_on_signal(server: uvicorn.Server) -> None:
             server.should_exit = True
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything starts, so that a port in
-    use or an address that is not ours is one clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=2048)
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """The listening sockets, bound before anything starts, so that a port in
+    use or an address that is not ours is one clear error. A name binds every
+    address it resolves to (`localhost`: 127.0.0.1 and ::1), as asyncio would."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    addresses = dict.fromkeys((family, (str(sa[0]), int(sa[1]))) for family, _, _, _, sa in infos)
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            sockets.append(
+                socket.create_server(address, family=family, backlog=2048, dualstack_ipv6=False)
+            )
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
     try:
-        sock = _bind(host, int(port))
+        sockets = _bind(host, int(port))
     except OSError as exc:
         log.error(
             "cannot listen", address=config.listen, error=exc.strerror or str(exc), errno=exc.errno
         )
         return EXIT_CANNOT_LISTEN
-    with sock:
-        return await _serve(config, sock)
+    with contextlib.ExitStack() as stack:
+        for sock in sockets:
+            stack.enter_context(sock)
+        return await _serve(config, sockets)
 
 
-async def _serve(config: Config, sock: socket.socket) -> int:
+async def _serve(config: Config, sockets: list[socket.socket]) -> int:
     service = GatewayService(config)
     front = HttpFront(service, Metrics(config.passthrough_methods))
     server = _Server(
@@ -97,7 +111,7 @@ async def _serve(config: Config, sock: socket.socket) -> int:
         root.start_soon(front.expire_idle_sessions)
         root.start_soon(_exit_on_signal, server)
         log.info("listening", url=f"http://{config.listen}/mcp")
-        await server.serve(sockets=[sock])
+        await server.serve(sockets=sockets)
         for session in list(front.sessions.values()):
             front.end_session(session, "gateway shutting down")
         await service.aclose()
