@@ -58,14 +58,23 @@ def _bind(host: str, port: int) -> list[socket.socket]:
     """The listening sockets, bound before anything starts, so that a port in
     use or an address that is not ours is one clear error. A name binds every
     address it resolves to (`localhost`: 127.0.0.1 and ::1), as asyncio would."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )
     addresses = dict.fromkeys((family, (str(sa[0]), int(sa[1]))) for family, _, _, _, sa in infos)
     sockets: list[socket.socket] = []
     try:
         for family, address in addresses:
-            sockets.append(
-                socket.create_server(address, family=family, backlog=2048, dualstack_ipv6=False)
-            )
+            # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets
+            # only then, and without it every small answer waits ~40 ms for
+            # a delayed ACK.
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
     except OSError:
         for sock in sockets:
             sock.close()
