@@ -153,11 +153,12 @@ class Config:
 
     def normalized(self) -> Config:
         """The same settings in canonical form: `listen` as HOST:PORT (a URL
-        form is accepted) and the log level in lower case."""
+        form is accepted), the log level and format in lower case."""
         return replace(
             self,
             listen=normalize_listen(self.listen),
-            log_level=self.log_level.lower() if isinstance(self.log_level, str) else self.log_level,
+            log_level=self.log_level.lower(),
+            log_format=self.log_format.lower(),
         )
 
     def check(self) -> None:

@@ -197,8 +197,40 @@ def test_listen_takes_host_port_or_the_endpoint_url(given: str, canonical: str) 
 def test_log_level_is_case_insensitive(tmp_path: Path) -> None:
     """Issue: `log_level = "WARNING"` in TOML: accepted, as warning."""
     path = tmp_path / "gw.toml"
+    path.write_text('[gateway]\nlog_level = "WARNING"\nlog_format = "JSON"\n')
+    loaded = config_mod.load(path)
+    assert (loaded.log_level, loaded.log_format) == ("warning", "json")
+
+
+def test_an_upper_case_log_level_in_toml_runs(tmp_path: Path) -> None:
+    """The same through the command: the gateway serves, and warnings show."""
+    path = tmp_path / "gw.toml"
     path.write_text('[gateway]\nlog_level = "WARNING"\n')
-    assert config_mod.load(path).log_level == "warning"
+    line = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/list",
+            "params": {
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+            },
+        }
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(path), "--", *NOTES],
+        check=False,
+        input=line + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout.splitlines()[0])["result"]["tools"]
 
 
 def test_a_url_listen_serves(tmp_path: Path) -> None:
