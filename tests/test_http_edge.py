@@ -231,13 +231,17 @@ async def test_host_is_parsed_strictly(host: str, status: int) -> None:
         ("HTTPS://APP.example:8443", 200),
         ("https://app.example", 403),  # another port: another origin
         ("http://localhost:3000", 200),  # an allowed host name
+        ("https://plain.example", 200),  # allowed as https://plain.example:443
+        ("https://plain.example:443", 200),
+        ("http://plain.example", 403),
     ],
 )
 async def test_origin_is_parsed_strictly(origin: str, status: int) -> None:
     """RFC 6454 §7 serialised origin; an allowed origin or an allowed host
     name, else 403 (2026-07-28 streamable-http: "Servers MUST validate the
     Origin header ... respond with HTTP 403 Forbidden")."""
-    async with sidecar(http_allowed_origins=("https://app.example:8443",)) as client:
+    allowed = ("https://app.example:8443", "https://plain.example:443")
+    async with sidecar(http_allowed_origins=allowed) as client:
         reply = await client.post(
             "/mcp", json=MCP_CALL, headers={**MODERN_HEADERS, "origin": origin}
         )

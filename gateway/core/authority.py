@@ -22,6 +22,7 @@ _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _MAX_NAME = 253
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class BadAuthority(ValueError):
@@ -40,11 +41,14 @@ class Origin:
     authority: Authority
 
     def serialize(self) -> str:
+        """RFC 6454 §6.2 form: lower case, no default port."""
         host = self.authority.host
         if ":" in host:
             host = f"[{host}]"
-        port = "" if self.authority.port is None else f":{self.authority.port}"
-        return f"{self.scheme}://{host}{port}"
+        port = self.authority.port
+        if port is None or _DEFAULT_PORTS.get(self.scheme) == port:
+            return f"{self.scheme}://{host}"
+        return f"{self.scheme}://{host}:{port}"
 
 
 @dataclass(frozen=True, slots=True)
