@@ -343,7 +343,7 @@ def load(path: str | Path | None) -> Config:
         return Config()
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     values: dict[str, Any] = {}
     for table, body in raw.items():

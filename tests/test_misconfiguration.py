@@ -123,6 +123,16 @@ def test_bad_options_are_one_line_and_exit_2(
     assert_refused(run(tmp_path, *args), *words)
 
 
+@pytest.mark.parametrize("what", ["missing", "directory", "not utf-8"])
+def test_a_config_file_that_cannot_be_read_is_refused(tmp_path: Path, what: str) -> None:
+    path = tmp_path / "gw.toml"
+    if what == "directory":
+        path.mkdir()
+    elif what == "not utf-8":
+        path.write_bytes(b'[gateway]\nlog_level = "\xff"\n')
+    assert_refused(run(tmp_path, "--config", str(path)), "cannot read config")
+
+
 def test_a_short_state_key_in_the_environment_is_refused(tmp_path: Path) -> None:
     """Issue: "a too-short MCP_ERA_GATEWAY_STATE_KEY" ended in a traceback."""
     result = run(tmp_path, env={"MCP_ERA_GATEWAY_STATE_KEY": "short"})
