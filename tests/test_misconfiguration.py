@@ -107,6 +107,8 @@ def test_bad_config_values_are_one_line_and_exit_2(
         (["--listen", "localhost:80@evil.com"], ["listen"]),
         (["--listen", "http://127.0.0.1:8080/other"], ["listen", "/mcp"]),
         (["--max-sessions", "0"], ["max_sessions"]),
+        (["--max-processes", "0"], ["max_processes"]),
+        (["--startup-timeout", "inf"], ["startup_timeout"]),
         (["--request-timeout", "nan"], ["request_timeout"]),
         (["--log-level", "verbose"], ["--log-level", "verbose"]),
         (["--bogus"], ["--bogus"]),
