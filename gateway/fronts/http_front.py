@@ -16,7 +16,6 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import orjson
@@ -25,7 +24,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import era, wire
-from gateway.core import http_binding
+from gateway.core import authority, http_binding
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.client_link import ClientLink
@@ -40,6 +39,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 KEEPALIVE = 15.0
 ENDPOINT = "/mcp"
+REALM = "mcp-era-gateway"
+# Host/Origin verdicts remembered: how many, and the longest pair remembered.
+_VERDICTS_MAX = 256
+_VERDICT_KEY_MAX = 512
 
 
 @dataclass(eq=False)
@@ -57,10 +60,17 @@ class HttpError(Exception):
         message: str,
         code: int = wire.INVALID_REQUEST,
         msg_id: wire.RequestId | None = None,
+        *,
+        reason: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
-        self.body = wire.error_response(msg_id, code, message)
+        self.headers = headers or []
+        if reason is None:
+            self.body = wire.error_response(msg_id, code, message)
+        else:
+            self.body = wire.gateway_error(msg_id, code, message, reason=reason)
 
 
 class HttpFront:
@@ -72,6 +82,15 @@ class HttpFront:
         self._busy: dict[str, int] = {}
         self._tools: dict[str, dict[str, str]] = {}
         self.tg: TaskGroup | None = None
+        # Config.check has parsed them, so they are well-formed here.
+        self._allowed_hosts = frozenset(
+            authority.parse_host_name(host) for host in self.config.http_allowed_hosts
+        )
+        self._allowed_origins = frozenset(
+            authority.parse_origin(origin).serialize()
+            for origin in self.config.http_allowed_origins
+        )
+        self._host_verdicts: dict[tuple[str | None, str | None], authority.Refusal | None] = {}
 
     # -- ASGI ----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,11 +98,17 @@ class HttpFront:
             return
         path, method = scope["path"], scope["method"]
         try:
+            headers = _headers(scope)
             if path == "/healthz":
+                # Probes (a kubelet's among them) come with any Host and no token.
                 await _respond(send, 200, {"status": "alive"})
-            elif path == "/readyz":
-                await self._readyz(send)
-            elif path == "/metrics":
+                return
+            if path == "/readyz":
+                await self._readyz(send, details=self._may_read_details(scope, headers))
+                return
+            self._check_host(scope, headers)
+            if path == "/metrics":
+                self._check_admin(headers)
                 await _respond_text(
                     send, 200, self.metrics.render(self), "text/plain; version=0.0.4"
                 )
@@ -92,8 +117,6 @@ class HttpFront:
                     send, 404, wire.error_response(None, wire.METHOD_NOT_FOUND, "Not found")
                 )
             else:
-                headers = _headers(scope)
-                self._check_origin(headers)
                 principal = self._principal(headers)
                 if method == "POST":
                     await self._post(headers, principal, receive, send)
@@ -105,49 +128,84 @@ class HttpFront:
                     raise HttpError(405, "Method not allowed")
         except HttpError as exc:
             self.metrics.count_http_error(exc.status)
-            await _respond(send, exc.status, exc.body)
+            await _respond(send, exc.status, exc.body, exc.headers)
 
-    async def _readyz(self, send: Send) -> None:
+    async def _readyz(self, send: Send, *, details: bool) -> None:
+        """The status for anyone; the era, the server's identity and the
+        failure only for those who may read /metrics (README "As an HTTP
+        sidecar")."""
         pool = self.service.pool
+        body: dict[str, Any]
         if pool.settled and pool.profile is not None:
-            await _respond(
-                send,
-                200,
-                {
-                    "status": "ready",
-                    "era": pool.profile.era.value,
-                    "server": pool.profile.server_info,
-                },
-            )
+            status = 200
+            body = {
+                "status": "ready",
+                "era": pool.profile.era.value,
+                "server": pool.profile.server_info,
+            }
         elif pool.awaiting_credentials:
             # Reachable, and it wants the clients' own credentials: the era is
             # learnt with the first one, so traffic must be let in.
-            await _respond(
-                send,
-                200,
-                {
-                    "status": "ready",
-                    "era": None,
-                    "reason": "the upstream requires authorization; its era is probed "
-                    "with the first client's forwarded credential",
-                },
-            )
+            status = 200
+            body = {
+                "status": "ready",
+                "era": None,
+                "reason": "the upstream requires authorization; its era is probed "
+                "with the first client's forwarded credential",
+            }
         else:
-            reason = pool.failure or "upstream era not settled yet"
-            await _respond(send, 503, {"status": "not ready", "reason": reason})
+            status = 503
+            body = {
+                "status": "not ready",
+                "reason": pool.failure or "upstream era not settled yet",
+            }
+        await _respond(send, status, body if details else {"status": body["status"]})
 
     # -- security (2026-07-28 streamable-http "Security Warning") ---------------
-    def _check_origin(self, headers: dict[str, str]) -> None:
-        host = headers.get("host", "")
-        if _hostname(host) not in self.config.http_allowed_hosts:
-            raise HttpError(403, f"Forbidden: host {host!r} is not allowed")
-        origin = headers.get("origin")
-        if origin is None:
-            return
-        if origin in self.config.http_allowed_origins:
-            return
-        if _hostname(urlsplit(origin).netloc) not in self.config.http_allowed_hosts:
-            raise HttpError(403, f"Forbidden: origin {origin!r} is not allowed")
+    def _check_host(self, scope: Scope, headers: dict[str, str]) -> None:
+        """Host and Origin, parsed strictly: 400 when malformed, 403 when not allowed."""
+        if len(headers) < len(scope["headers"]):
+            # Some field came twice (`headers` kept the last): judge them all.
+            refusal = self._judge_host(_all_values(scope, b"host"), _all_values(scope, b"origin"))
+        else:
+            refusal = self._judge_host_once(headers.get("host"), headers.get("origin"))
+        if refusal is not None:
+            raise HttpError(refusal.status, refusal.message, reason=refusal.reason)
+
+    def _judge_host_once(self, host: str | None, origin: str | None) -> authority.Refusal | None:
+        """The verdict on one Host and Origin pair, remembered for the few
+        pairs real clients send (bounded: short pairs, a few hundred)."""
+        key = (host, origin)
+        try:
+            return self._host_verdicts[key]
+        except KeyError:
+            pass
+        verdict = self._judge_host(
+            [] if host is None else [host], [] if origin is None else [origin]
+        )
+        if len(host or "") + len(origin or "") <= _VERDICT_KEY_MAX:
+            if len(self._host_verdicts) >= _VERDICTS_MAX:
+                self._host_verdicts.clear()
+            self._host_verdicts[key] = verdict
+        return verdict
+
+    def _judge_host(self, hosts: list[str], origins: list[str]) -> authority.Refusal | None:
+        return authority.check(hosts, origins, self._allowed_hosts, self._allowed_origins)
+
+    def _check_admin(self, headers: dict[str, str]) -> None:
+        """/metrics and /readyz details: with tokens configured, a bearer token
+        of `[http] admin_tokens`, or of `[http] tokens` when there are none."""
+        tokens = self.config.http_admin_tokens or self.config.http_tokens
+        if tokens:
+            _bearer(headers, tokens)
+
+    def _may_read_details(self, scope: Scope, headers: dict[str, str]) -> bool:
+        try:
+            self._check_host(scope, headers)
+            self._check_admin(headers)
+        except HttpError:
+            return False
+        return True
 
     def _principal(self, headers: dict[str, str]) -> str:
         principal = self._token_principal(headers)
@@ -167,13 +225,7 @@ class HttpFront:
         tokens = self.config.http_tokens
         if not tokens:
             return None
-        auth = headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() == "bearer":
-            for name, expected in tokens.items():
-                if hmac.compare_digest(token.strip().encode(), expected.encode()):
-                    return name
-        raise HttpError(401, "Unauthorized: a valid bearer token is required")
+        return _bearer(headers, tokens)
 
     # -- POST --------------------------------------------------------------------
     async def _post(
@@ -518,10 +570,27 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
-def _hostname(netloc: str) -> str:
-    if netloc.startswith("["):
-        return netloc[1:].split("]", maxsplit=1)[0]
-    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+def _all_values(scope: Scope, name: bytes) -> list[str]:
+    return [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == name]
+
+
+def _bearer(headers: dict[str, str], tokens: dict[str, str]) -> str:
+    """The name of the bearer token the request carries, or a 401 with the
+    RFC 6750 §3 challenge (`invalid_token` when a token was given)."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    challenge = f'Bearer realm="{REALM}"'
+    if scheme.lower() == "bearer":
+        given = token.strip().encode()
+        for name, expected in tokens.items():
+            if hmac.compare_digest(given, expected.encode()):
+                return name
+        challenge += ', error="invalid_token", error_description="The token is not valid"'
+    raise HttpError(
+        401,
+        "Unauthorized: a valid bearer token is required",
+        reason="unauthorized",
+        headers=[(b"www-authenticate", challenge.encode())],
+    )
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

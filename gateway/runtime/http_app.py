@@ -21,6 +21,9 @@ from gateway.runtime.service import GatewayService
 
 log = structlog.get_logger("gateway.http")
 
+# As for any other configuration the gateway cannot run with (cli.EXIT_CONFIG).
+EXIT_CANNOT_LISTEN = 2
+
 
 class _Server(uvicorn.Server):
     """uvicorn, ending listen streams gracefully before it waits for open
@@ -51,17 +54,57 @@ async def _exit_on_signal(server: uvicorn.Server) -> None:
             server.should_exit = True
 
 
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """The listening sockets, bound before anything starts, so that a port in
+    use or an address that is not ours is one clear error. A name binds every
+    address it resolves to (`localhost`: 127.0.0.1 and ::1), as asyncio would."""
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )
+    addresses = dict.fromkeys((family, (str(sa[0]), int(sa[1]))) for family, _, _, _, sa in infos)
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets
+            # only then, and without it every small answer waits ~40 ms for
+            # a delayed ACK.
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
+    try:
+        sockets = _bind(host, int(port))
+    except OSError as exc:
+        log.error(
+            "cannot listen", address=config.listen, error=exc.strerror or str(exc), errno=exc.errno
+        )
+        return EXIT_CANNOT_LISTEN
+    with contextlib.ExitStack() as stack:
+        for sock in sockets:
+            stack.enter_context(sock)
+        return await _serve(config, sockets)
+
+
+async def _serve(config: Config, sockets: list[socket.socket]) -> int:
     service = GatewayService(config)
-    front = HttpFront(service, Metrics())
+    front = HttpFront(service, Metrics(config.passthrough_methods))
     server = _Server(
         service,
         uvicorn.Config(
             front,
-            host=host,
-            port=int(port),
             lifespan="off",
             access_log=False,
             log_level="warning",
@@ -77,7 +120,7 @@ async def serve_http(config: Config) -> int:
         root.start_soon(front.expire_idle_sessions)
         root.start_soon(_exit_on_signal, server)
         log.info("listening", url=f"http://{config.listen}/mcp")
-        await server.serve()
+        await server.serve(sockets=sockets)
         for session in list(front.sessions.values()):
             front.end_session(session, "gateway shutting down")
         await service.aclose()
