@@ -233,15 +233,25 @@ async def test_state_of_another_principal_is_rejected() -> None:
 
 
 async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
+    """A parked call whose state expires is refused upstream and cleaned up.
+
+    Issue defect: "100 parked MRTR calls expiring at once kill the mcp 1.30
+    upstream". The gateway used to cancel the call as well, so the
+    cancellation reached the server while it wrote the result the refusal had
+    produced; the server now hears only the refusal when that ends the call.
+    """
     seen = Recorder()
     async with gateway(legacy_server({"tools/call": ask_name}, log=seen), state_ttl=0.2) as c:
         first = await start(c, "ask_name")
         assert c.service.bridge.held
-        cancel = await seen.wait_for("notifications/cancelled", timeout=3)
-        call_id = next(m["id"] for m in seen if m.get("method") == "tools/call")
-        assert cancel["params"]["requestId"] == call_id
-        refused = next(m for m in seen if m.get("id") == "srv-1")
+        (entry,) = c.service.bridge.held.values()
+        refused = await seen.wait_until(lambda m: m.get("id") == "srv-1", timeout=3)
         assert refused["error"]["code"] == wire.INTERNAL_ERROR
+        # The server ended the call itself on hearing no answer would come, so
+        # it is not cancelled as well (see test_expiry_* below).
+        with anyio.fail_after(3):
+            await entry.finished.wait()
+        assert not any(m.get("method") == "notifications/cancelled" for m in seen)
         assert not c.service.bridge.held
         session = next(iter(c.service.pool.sessions.values()))
         assert session.lease.holder is None and not session.pending
@@ -250,6 +260,35 @@ async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
         # The session is free for the next call.
         nxt = await start(c, "ask_name", msg_id=3)
         assert nxt["result"]["resultType"] == "input_required"
+
+
+async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call the server does not end on hearing that no answer will come is
+    still bounded: it is cancelled after WIND_DOWN, the refusal first and
+    nothing for the call after the cancellation (the issue's "100 parked MRTR
+    calls expiring at once" with a real SDK: test_real_peers_mrtr_expiry.py)."""
+    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    seen = Recorder()
+
+    async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.ask("elicitation/create", ELICIT)  # refused: it carries on
+        await anyio.sleep_forever()
+
+    async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
+        await start(c, "stubborn")
+        (entry,) = c.service.bridge.held.values()
+        assert entry.watch is not None
+        entry.watch.cancel()  # the state_ttl timer fires
+        with anyio.fail_after(3):
+            await entry.finished.wait()
+        await seen.wait_for("notifications/cancelled")
+        await c.call("tools/list", {})  # one more round trip: anything late is in
+    order = [m.get("method") or m.get("id") for m in seen]
+    assert order.index("srv-1") < order.index("notifications/cancelled")
+    assert order.count("srv-1") == 1
+    assert order[order.index("notifications/cancelled") + 1 :] == ["tools/list"]
 
 
 async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
@@ -374,7 +413,7 @@ async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
         (key,) = first["result"]["inputRequests"]
         assert key.startswith("replay-")
         assert not c.service.bridge.held
-        await seen.wait_for("notifications/cancelled")
+        await seen.wait_until(lambda m: m.get("id") == "srv-1" and "error" in m)
         final = await retry(c, first, {key: accept("Ed")}, msg_id=2, name="ask_name")
     assert final["result"]["content"][0]["text"] == "Hello, Ed"
     assert len([m for m in seen if m.get("method") == "tools/call"]) == 2

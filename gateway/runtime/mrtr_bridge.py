@@ -42,6 +42,9 @@ log = structlog.get_logger("gateway.mrtr")
 
 STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
 FEATURES = frozenset(era.CLIENT_FEATURE_METHODS.values())
+# Seconds a closed call's server has to end it by itself, once told that no
+# client answer will come, before the gateway cancels it (see MrtrBridge._close).
+WIND_DOWN = 1.0
 
 ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float], Awaitable[wire.Message]]
 ShapeFn = Callable[[Forward, wire.Message, wire.RequestId, UpstreamSession], wire.Message]
@@ -202,7 +205,12 @@ class MrtrBridge:
             entry.session.lease.release_exclusive(entry)
             entry.finished.set()
             entry.poke()
-            await self._refuse_asks(entry, "the call it belonged to has ended")
+            if entry.runner.cancel_called:
+                # The server was told to cancel the call: a reply to one of its
+                # requests now could meet the request being torn down (see _close).
+                entry.call.asks.clear()
+            else:
+                await self._refuse_asks(entry, "the call it belonged to has ended")
 
     async def _wait(self, msg_id: wire.RequestId, entry: HeldEntry) -> wire.Message:
         """Wait for the call's result or its next input requests."""
@@ -322,6 +330,17 @@ class MrtrBridge:
     # -- server requests during a bridged call ------------------------------------
     async def on_server_request(self, entry: HeldEntry, msg: wire.Message) -> None:
         """A legacy server's request while `entry` holds its session."""
+        if entry.closed:
+            # No client will answer any more. Once the call is being cancelled
+            # upstream the reply is left out: the server drops the request with
+            # the call, and a reply racing that teardown is what breaks it.
+            if not entry.runner.cancel_called:
+                await entry.session.respond(
+                    wire.error_response(
+                        msg["id"], wire.INTERNAL_ERROR, "No client answer: the call has ended"
+                    )
+                )
+            return
         outcome = entry.call.add_ask(msg)
         if isinstance(outcome, core.Prefilled):
             await entry.session.respond(wire.result_response(msg["id"], outcome.result))
@@ -465,14 +484,33 @@ class MrtrBridge:
         entry.done.set()
 
     async def _close(self, entry: HeldEntry, reason: str) -> None:
-        """End a bridged call early: cancel it upstream, refuse its pending asks."""
+        """End a bridged call early: refuse its pending asks, and cancel it
+        upstream if the server does not end it by itself within WIND_DOWN.
+
+        The order matters to real servers. mcp 1.30 tears down a tool task
+        when it reads `notifications/cancelled`; a reply to that task's own
+        request arriving meanwhile, or a cancellation arriving while the task
+        writes its result, ends its whole session (exit 1 with
+        BrokenResourceError when a hundred parked calls expired together).
+        So the server first hears that no answer will come, which ends a tool
+        that only waited for one, and only a call still running after that
+        gets `notifications/cancelled`, after which nothing more is sent for it.
+        """
         if entry.closed:
             return
         entry.closed = True
         log.info("bridged call closed", reason=reason, handle=entry.call.handle)
         self._forget(entry)
-        entry.runner.cancel()
         await self._refuse_asks(entry, reason)
+        if entry.finished.is_set():
+            return
+        assert self._tg is not None
+        self._tg.start_soon(self._cancel_unless_done, entry)
+
+    async def _cancel_unless_done(self, entry: HeldEntry) -> None:
+        with anyio.move_on_after(WIND_DOWN):
+            await entry.finished.wait()
+        entry.runner.cancel()
 
     async def _refuse_asks(self, entry: HeldEntry, reason: str) -> None:
         asks = list(entry.call.asks.values())
