@@ -54,7 +54,16 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict base64url without padding: only the encoding `_b64` produces.
+
+    The decoder alone also takes padding, skips characters outside the
+    alphabet and ignores unused trailing bits, so many strings would open as
+    the same state; re-encoding and comparing leaves exactly one.
+    """
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not the canonical encoding")
+    return data
 
 
 class Sealer:
