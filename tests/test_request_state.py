@@ -10,7 +10,13 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.request_state import Claims, Sealer, StateRejected, params_digest
+from gateway.core.request_state import (
+    Claims,
+    ConsumedStates,
+    Sealer,
+    StateRejected,
+    params_digest,
+)
 
 KEY = b"k" * 32
 CLAIMS = Claims(
@@ -124,3 +130,42 @@ def test_digest_ignores_mrtr_plumbing_and_meta_but_not_arguments() -> None:
 def test_short_keys_are_refused() -> None:
     with pytest.raises(ValueError):
         Sealer(b"short", "gw")
+
+
+REPLAY = replace(CLAIMS, handle=None, nonce="n-1")
+
+
+def test_a_rerun_state_is_consumed_once_until_it_expires() -> None:
+    """Issue defect: "In replay mode one state can be presented any number of
+    times". Single-use within the state's lifetime; the memory of it goes
+    with its expiry (an expired state is refused by `open` anyway)."""
+    consumed = ConsumedStates(limit=4)
+    consumed.consume(REPLAY, now_ms=5_000)
+    with pytest.raises(StateRejected, match="already used"):
+        consumed.consume(REPLAY, now_ms=5_001)
+    consumed.consume(replace(REPLAY, nonce="n-2", expires_ms=20_000), now_ms=5_002)
+    assert len(consumed) == 2
+    consumed.consume(replace(REPLAY, nonce="n-3", expires_ms=20_000), now_ms=10_000)
+    assert len(consumed) == 2  # n-1 expired at 10_000 and is forgotten
+
+
+def test_consumed_states_are_bounded_and_refuse_rather_than_forget() -> None:
+    consumed = ConsumedStates(limit=2)
+    consumed.consume(replace(REPLAY, nonce="a"), now_ms=0)
+    consumed.consume(replace(REPLAY, nonce="b"), now_ms=0)
+    with pytest.raises(ConsumedStates.Full):
+        consumed.consume(replace(REPLAY, nonce="c"), now_ms=0)
+    with pytest.raises(StateRejected, match="already used"):
+        consumed.consume(replace(REPLAY, nonce="a"), now_ms=0)
+    consumed.consume(replace(REPLAY, nonce="c"), now_ms=10_000)  # room again once a, b expired
+
+
+@pytest.mark.parametrize("nonce", [None, "", 7])
+def test_a_rerun_state_without_a_nonce_is_refused(nonce: object) -> None:
+    with pytest.raises(StateRejected, match="malformed"):
+        ConsumedStates(limit=2).consume(replace(REPLAY, nonce=nonce), now_ms=0)  # type: ignore[arg-type]
+
+
+def test_the_nonce_survives_sealing() -> None:
+    token = Sealer(KEY, "gw-a").seal(REPLAY)
+    assert open_(token) == REPLAY

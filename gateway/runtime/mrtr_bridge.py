@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup
 from gateway import era, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
-from gateway.core.request_state import Sealer, StateRejected, params_digest
+from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import (
@@ -45,6 +45,9 @@ FEATURES = frozenset(era.CLIENT_FEATURE_METHODS.values())
 # Seconds a closed call's server has to end it by itself, once told that no
 # client answer will come, before the gateway cancels it (see MrtrBridge._close).
 WIND_DOWN = 1.0
+# Honoured re-run states (replay, -32042 re-send) remembered until they expire,
+# so that each runs the call once: about 100 bytes each.
+REPLAY_STATES_REMEMBERED = 100_000
 
 ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float], Awaitable[wire.Message]]
 ShapeFn = Callable[[Forward, wire.Message, wire.RequestId, UpstreamSession], wire.Message]
@@ -97,6 +100,7 @@ class MrtrBridge:
             raw = key.encode()
         self.sealer = Sealer(raw, config.instance_id or secrets.token_hex(6))
         self.held: dict[str, HeldEntry] = {}
+        self.consumed = ConsumedStates(REPLAY_STATES_REMEMBERED)
         self.rounds = 0
 
     def start(self, tg: TaskGroup) -> None:
@@ -234,7 +238,10 @@ class MrtrBridge:
             return self._final(msg_id, entry)
         try:
             result = entry.call.input_required(
-                self.sealer, now_ms=_now_ms(), ttl_ms=int(self.config.state_ttl * 1000)
+                self.sealer,
+                now_ms=_now_ms(),
+                ttl_ms=int(self.config.state_ttl * 1000),
+                nonce=secrets.token_urlsafe(12),
             )
         except core.TooManyRounds as exc:
             await self._close(entry, str(exc))
@@ -312,6 +319,7 @@ class MrtrBridge:
                 round=1,
                 expires_ms=_now_ms() + int(self.config.state_ttl * 1000),
                 resend=True,
+                nonce=secrets.token_urlsafe(12),
             )
         )
         inputs = {
@@ -398,6 +406,9 @@ class MrtrBridge:
                     f"The server requires a URL elicitation that was not completed ({refusal})",
                     reason="elicitation-declined",
                 )
+            used = self._consume(msg_id, claims)
+            if used is not None:
+                return used
             fresh = self._new_call(link, msg, decision)
             return await self._run(msg_id, HeldEntry(fresh, link, decision, session))
         if claims.handle is None:
@@ -405,6 +416,9 @@ class MrtrBridge:
                 answers = core.merge_replay_answers(claims, params.get("inputResponses"))
             except StateRejected as exc:
                 return _invalid(msg_id, str(exc))
+            used = self._consume(msg_id, claims)
+            if used is not None:
+                return used
             call = self._new_call(link, msg, decision, replay=answers, replay_round=claims.round)
             return await self._run(msg_id, HeldEntry(call, link, decision, session))
         entry = self.held.get(claims.handle)
@@ -450,6 +464,25 @@ class MrtrBridge:
             raise
         finally:
             entry.busy = False
+
+    def _consume(self, msg_id: wire.RequestId, claims: core.Claims) -> wire.Message | None:
+        """Spend a state whose retry re-runs the call: None if it may run, else
+        the client's answer. Checked last, so a retry refused for another
+        reason leaves the state usable."""
+        try:
+            self.consumed.consume(claims, _now_ms())
+        except StateRejected as exc:
+            log.info("retry rejected", why=str(exc))
+            return _invalid(msg_id, str(exc))
+        except ConsumedStates.Full as exc:
+            log.info("retry refused", why=str(exc))
+            return wire.gateway_error(
+                msg_id,
+                wire.INTERNAL_ERROR,
+                f"Too many re-run requestStates in use ({exc}); retry later",
+                reason="replay-limit",
+            )
+        return None
 
     # -- parking, expiry, cleanup ---------------------------------------------------
     def _park(self, entry: HeldEntry) -> None:
