@@ -727,8 +727,22 @@ class GatewayService:
         self._tg.start_soon(self.listens.session_lost, session, replace)
 
     def end_subscriptions(self) -> None:
-        """Shutdown begins: listens end with their graceful closing result."""
+        """Shutdown begins: listens end with their graceful closing result
+        (2026-07-28 subscriptions "Graceful Closure"): those the gateway serves
+        on a legacy server, and a modern client's listens passed through to a
+        modern server, which the server is told to drop."""
         self.listens.end_all()
+        for session in list(self.pool.sessions.values()):
+            for upstream_id, pending in list(session.pending.items()):
+                if (
+                    pending.method == "subscriptions/listen"
+                    and isinstance(pending.owner, ClientLink)
+                    and pending.client_id is not None
+                    and pending.tag is None  # not a legacy session's own listen
+                ):
+                    session.abandon_call(upstream_id, "the gateway is shutting down")
+                    closing = subs_core.closing_result(pending.client_id)
+                    pending.settle(wire.result_response(0, closing))
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None
