@@ -36,9 +36,15 @@ class Channel(Protocol):
 @runtime_checkable
 class CallStreams(Protocol):
     """A transport that can tell a server request sent outside any call (the
-    HTTP back's GET stream) from one sent on a call's own stream."""
+    HTTP back's GET stream) from one sent on a call's own stream, and, where
+    every call has a stream of its own, which call a notification came with."""
 
     def outside_calls(self, request_id: wire.RequestId) -> bool: ...
+
+    @property
+    def streams_name_calls(self) -> bool: ...
+
+    def stream_of(self, msg: wire.Message) -> wire.RequestId | None: ...
 
 
 class Corker(Protocol):
@@ -152,6 +158,22 @@ class UpstreamSession:
         back can tell; over stdio every request may belong to a call)."""
         channel = self.channel
         return isinstance(channel, CallStreams) and channel.outside_calls(request_id)
+
+    def calls_a_notification_may_belong_to(self, msg: wire.Message) -> list[PendingCall]:
+        """The client calls in progress that a server notification naming no
+        call (a log message) may be about.
+
+        Over a transport with a stream per call (Streamable HTTP) that is the
+        call whose stream carried it, or none for the GET stream (2025-11-25:
+        its messages "SHOULD be unrelated to any concurrently-running
+        JSON-RPC request"). Over stdio, any client call in progress.
+        """
+        channel = self.channel
+        if isinstance(channel, CallStreams) and channel.streams_name_calls:
+            origin = channel.stream_of(msg)
+            call = self.pending.get(origin) if isinstance(origin, int) else None
+            return [call] if call is not None and call.owner is not None else []
+        return [call for call in self.pending.values() if call.owner is not None]
 
     def calls_of(self, owner: object) -> list[int]:
         return [i for i, call in self.pending.items() if call.owner is owner]
