@@ -46,11 +46,6 @@ class Claims:
     # (replay, resend) is honoured once (`ConsumedStates`).
     nonce: str | None = None
 
-    @property
-    def reruns(self) -> bool:
-        """Whether honouring this state runs the call upstream again."""
-        return self.handle is None
-
 
 def params_digest(params: dict[str, Any] | None) -> str:
     """A digest of the salient params: what the retry must repeat exactly."""
