@@ -336,16 +336,41 @@ async def test_upstream_crash_while_parked_fails_the_retry_cleanly() -> None:
 async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:
     # 2026-07-28 "Per-request protocol fields": a server MUST answer -32021 when
     # processing needs a capability the client did not declare; the gateway
-    # answers so for the legacy server, and cancels the call upstream.
+    # answers so for the legacy server, whose request is refused. A server that
+    # then ends the call itself is not also sent a cancellation (the issue's
+    # expiry defect: the two together break mcp 1.30).
     for caps in ({"sampling": {}}, {}):
         seen = Recorder()
         async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
             reply = await start(c, "ask_name", caps=caps)
-            await seen.wait_for("notifications/cancelled")
-            refused = next(m for m in seen if m.get("id") == "srv-1")
+            refused = await seen.wait_until(lambda m: m.get("id") == "srv-1")
+            await c.call("tools/list", {})  # the tool's own end is in by now
         assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
         assert reply["error"]["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
         assert refused["error"]["code"] == wire.METHOD_NOT_FOUND
+        assert not any(m.get("method") == "notifications/cancelled" for m in seen), caps
+
+
+async def test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The -32021 paths bound the upstream call like an expiry does: refusal
+    first, cancellation once WIND_DOWN has passed."""
+    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    monkeypatch.setattr("gateway.runtime.upstream_session.WIND_DOWN", 0, raising=False)
+
+    async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.ask("elicitation/create", ELICIT)
+        await anyio.sleep_forever()
+
+    for caps in ({"sampling": {}}, {}):
+        seen = Recorder()
+        async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
+            reply = await start(c, "stubborn", caps=caps)
+            await seen.wait_for("notifications/cancelled", timeout=3)
+        assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
+        order = [m.get("method") or m.get("id") for m in seen]
+        assert order.index("srv-1") < order.index("notifications/cancelled"), caps
 
 
 async def test_static_roots_answer_roots_outside_any_call() -> None:

@@ -32,6 +32,7 @@ from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, pa
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import (
+    WIND_DOWN,
     UpstreamGone,
     UpstreamSession,
     UpstreamTimeout,
@@ -42,9 +43,6 @@ log = structlog.get_logger("gateway.mrtr")
 
 STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
 FEATURES = frozenset(era.CLIENT_FEATURE_METHODS.values())
-# Seconds a closed call's server has to end it by itself, once told that no
-# client answer will come, before the gateway cancels it (see MrtrBridge._close).
-WIND_DOWN = 1.0
 # Honoured re-run states (replay, -32042 re-send) remembered until they expire,
 # so that each runs the call once: about 100 bytes each.
 REPLAY_STATES_REMEMBERED = 100_000
@@ -338,7 +336,7 @@ class MrtrBridge:
     # -- server requests during a bridged call ------------------------------------
     async def on_server_request(self, entry: HeldEntry, msg: wire.Message) -> None:
         """A legacy server's request while `entry` holds its session."""
-        if entry.closed:
+        if entry.closed or entry.missing is not None:
             # No client will answer any more. Once the call is being cancelled
             # upstream the reply is left out: the server drops the request with
             # the call, and a reply racing that teardown is what breaks it.
@@ -361,7 +359,8 @@ class MrtrBridge:
                 wire.error_response(msg["id"], wire.METHOD_NOT_FOUND, outcome.reason)
             )
             entry.missing = outcome
-            entry.runner.cancel()
+            assert self._tg is not None
+            self._tg.start_soon(self._cancel_unless_done, entry)
         elif isinstance(outcome, str):
             log.info(
                 "server request the client cannot take refused", method=msg["method"], why=outcome
@@ -520,14 +519,10 @@ class MrtrBridge:
         """End a bridged call early: refuse its pending asks, and cancel it
         upstream if the server does not end it by itself within WIND_DOWN.
 
-        The order matters to real servers. mcp 1.30 tears down a tool task
-        when it reads `notifications/cancelled`; a reply to that task's own
-        request arriving meanwhile, or a cancellation arriving while the task
-        writes its result, ends its whole session (exit 1 with
-        BrokenResourceError when a hundred parked calls expired together).
-        So the server first hears that no answer will come, which ends a tool
-        that only waited for one, and only a call still running after that
-        gets `notifications/cancelled`, after which nothing more is sent for it.
+        The order matters to real servers (see WIND_DOWN): the server first
+        hears that no answer will come, which ends a tool that only waited for
+        one, and only a call still running after that gets
+        `notifications/cancelled`, after which nothing more is sent for it.
         """
         if entry.closed:
             return

@@ -590,7 +590,7 @@ class GatewayService:
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                await session.fail_call(calls[0], missing.error(0), "needs a client capability")
+                session.fail_call(calls[0], missing.error(0))
                 return None
             why = "no call of the modern client that can take it is in progress"
         log.info("server request refused", method=method, why=why)
