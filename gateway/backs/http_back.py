@@ -116,6 +116,10 @@ class HttpServerConnection:
         # Server requests that came on the GET stream, until answered: 2025-11-25
         # says those are unrelated to any running call, so none may claim them.
         self._unattached: set[wire.RequestId] = set()
+        # Which request's response stream each queued notification came on,
+        # by message identity; handed over per batch (`stream_of`).
+        self._origins: dict[int, wire.RequestId] = {}
+        self._batch_origins: dict[int, wire.RequestId] = {}
 
     # -- the ServerConnection face ---------------------------------------------
     def send_nowait(self, msg: wire.Message) -> None:
@@ -157,6 +161,9 @@ class HttpServerConnection:
             self._wake = anyio.Event()
         batch = list(self._ready)
         self._ready.clear()
+        self._batch_origins = {
+            key: self._origins.pop(key) for key in map(id, batch) if key in self._origins
+        }
         if self.tap is not None:
             for msg in batch:
                 self.tap("from-server", msg)
@@ -222,6 +229,17 @@ class HttpServerConnection:
         if "method" in msg and "id" in msg:
             self._unattached.add(msg["id"])
         self._push(msg)
+
+    @property
+    def streams_name_calls(self) -> bool:
+        """Streamable HTTP answers each call on a stream of its own; the old
+        HTTP+SSE transport has one stream for everything."""
+        return self.sse_endpoint is None
+
+    def stream_of(self, msg: wire.Message) -> wire.RequestId | None:
+        """The request on whose response stream a message of the batch last
+        handed out came, or None (the GET stream)."""
+        return self._batch_origins.get(id(msg))
 
     def outside_calls(self, request_id: wire.RequestId) -> bool:
         """Whether a server request came outside any call's stream (2025-11-25
@@ -311,6 +329,8 @@ class HttpServerConnection:
             if "method" not in msg and msg.get("id") == msg_id:
                 self._inflight.pop(msg_id, None)
                 self._observe_reply(request, msg)
+            elif "method" in msg and "id" not in msg:
+                self._origins[id(msg)] = msg_id
             self._push(msg)
 
         return deliver

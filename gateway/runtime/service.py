@@ -592,7 +592,7 @@ class GatewayService:
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                await session.fail_call(calls[0], missing.error(0), "needs a client capability")
+                session.fail_call(calls[0], missing.error(0))
                 return None
             why = "no call of the modern client that can take it is in progress"
         log.info("server request refused", method=method, why=why)
@@ -636,9 +636,14 @@ class GatewayService:
             return
         if method == "notifications/message":
             level = params.get("level")
+            if level not in era.LOG_RANK:
+                return
             for link in list(self.links):
-                if _wants_log(link, session, level):
+                if link.session is not None and _legacy_client_wants_log(link, session, level):
                     await _send_quietly(link, msg)
+            owner = _log_owner(session, msg, level)
+            if owner is not None:
+                await _send_quietly(owner, msg)
             return
         if method == "notifications/cancelled":
             # The server gave up on a request it sent; tell the client we passed it to.
@@ -729,8 +734,22 @@ class GatewayService:
         self._tg.start_soon(self.listens.session_lost, session, replace)
 
     def end_subscriptions(self) -> None:
-        """Shutdown begins: listens end with their graceful closing result."""
+        """Shutdown begins: listens end with their graceful closing result
+        (2026-07-28 subscriptions "Graceful Closure"): those the gateway serves
+        on a legacy server, and a modern client's listens passed through to a
+        modern server, which the server is told to drop."""
         self.listens.end_all()
+        for session in list(self.pool.sessions.values()):
+            for upstream_id, pending in list(session.pending.items()):
+                if (
+                    pending.method == "subscriptions/listen"
+                    and isinstance(pending.owner, ClientLink)
+                    and pending.client_id is not None
+                    and pending.tag is None  # not a legacy session's own listen
+                ):
+                    session.abandon_call(upstream_id, "the gateway is shutting down")
+                    closing = subs_core.closing_result(pending.client_id)
+                    pending.settle(wire.result_response(0, closing))
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None
@@ -744,27 +763,39 @@ class GatewayService:
         await self.pool.aclose()
 
 
-def _wants_log(link: ClientLink, session: UpstreamSession, level: Any) -> bool:
-    """DESIGN §5.1.5: a client sees a log message only at a level it asked for.
+def _legacy_client_wants_log(link: ClientLink, session: UpstreamSession, level: str) -> bool:
+    """DESIGN §5.1.5: a legacy client asked once for its session, with
+    logging/setLevel, and sees the messages at or above that level."""
+    assert link.session is not None
+    asked = link.session.log_level
+    if asked is None:
+        # Legacy default: the server decides what to send; pass it on for
+        # a legacy server, and a modern one sends nothing unasked.
+        return session.profile is not None and session.profile.era is era.Era.LEGACY
+    return era.LOG_RANK[asked] <= era.LOG_RANK[level]
 
-    A modern client asks per request (`io.modelcontextprotocol/logLevel`), so it
-    gets messages while such a request runs; a legacy client asked once for its
-    session with logging/setLevel.
+
+def _log_owner(session: UpstreamSession, msg: wire.Message, level: str) -> ClientLink | None:
+    """The modern client call a log message provably belongs to, if any.
+
+    A modern client asks per request (`io.modelcontextprotocol/logLevel`), and
+    a server MUST NOT send log messages for a request without it (2026-07-28
+    logging). A legacy server's messages name no call, so the gateway does not
+    guess: a message goes to a call only when it is the one client call it can
+    be about (the call whose HTTP stream carried it, or over stdio the only
+    client call in progress on the session) and that call asked for this
+    level. When calls overlap on a legacy stdio session, nobody gets it.
     """
-    if level not in era.LOG_RANK:
-        return False
-    rank = era.LOG_RANK[level]
-    if link.session is not None:
-        asked = link.session.log_level
-        if asked is None:
-            # Legacy default: the server decides what to send; pass it on for
-            # a legacy server, and a modern one sends nothing unasked.
-            return session.profile is not None and session.profile.era is era.Era.LEGACY
-        return era.LOG_RANK[asked] <= rank
-    return any(
-        call.log_level is not None and era.LOG_RANK[call.log_level] <= rank
-        for call in link.inflight.values()
-    )
+    calls = session.calls_a_notification_may_belong_to(msg)
+    if len(calls) != 1:
+        return None
+    call = calls[0]
+    if call.log_level is None or era.LOG_RANK[call.log_level] > era.LOG_RANK[level]:
+        return None
+    owner = call.owner
+    if not isinstance(owner, ClientLink) or owner.session is not None:
+        return None  # a legacy client's messages follow its session's level
+    return owner
 
 
 async def _send_quietly(link: ClientLink, msg: wire.Message) -> None:
