@@ -203,6 +203,7 @@ class GatewayService:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.debug("client went away before its answer", id=msg_id)
 
+        started = False
         try:
             upstream_id = session.start_call(
                 decision.method,
@@ -212,9 +213,12 @@ class GatewayService:
                 owner=link,
                 log_level=decision.log_level,
             )
+            started = True
         except UpstreamGone:
-            finish()
             return False
+        finally:
+            if not started:
+                finish()  # the lease share and the progress route go on every way out
 
         def cancel() -> None:
             session.abandon_call(upstream_id, "cancelled by the client")
