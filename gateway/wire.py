@@ -128,6 +128,8 @@ def check_nesting(value: object, raw: bytes | str) -> None:
     Counting brackets in the raw text runs at C speed and bounds the depth
     from above, so only a message with that many brackets is walked.
     """
+    if len(raw) <= 2 * MAX_NESTING:
+        return  # each level opens and closes: too short to nest that deep
     if isinstance(raw, str):
         brackets = raw.count("{") + raw.count("[")
     else:

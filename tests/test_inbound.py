@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import era, inbound, wire
 from tests.inprocess import MODERN_META, http_gateway
@@ -322,3 +324,25 @@ def test_what_the_gateway_only_forwards_is_not_looked_at() -> None:
     assert inbound.problem(msg) is None
     legacy = wire.request(1, "vendor/thing", {"anything": [], "_meta": {"k": {}}})
     assert inbound.problem(legacy) is None
+
+
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2)
+    ),
+    max_leaves=4,
+) | st.sampled_from([*era.LOG_LEVELS, "2026-07-28", {}])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(field=st.sampled_from([*inbound.META_MODERN, *inbound.META_ANY_ERA]), value=_ANY_JSON)
+def test_the_written_out_meta_checks_agree_with_the_table(field: inbound.Field, value: Any) -> None:
+    """The `_meta` checks on the hot path are written out by hand; they must
+    refuse exactly what the table's kind refuses."""
+    meta = {**MODERN_META, field.name: value}
+    wrong = inbound.problem(wire.request(1, "tools/list", {"_meta": meta}))
+    table_says_ok = inbound._first_wrong(meta, inbound._compile((field,), "params._meta")) is None
+    assert (wrong is None) == table_says_ok, (field, value, wrong)
+    if wrong is not None:
+        assert wrong[0] == inbound._path("params._meta", field.name)
