@@ -184,16 +184,19 @@ STEPS = {
 async def test_task_path_failure_at_each_step_releases_everything(
     step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with gateway(legacy_server({"tools/call": echo})) as c:
+    # More failures than max_inflight_per_client: a leaked slot would show.
+    async with gateway(legacy_server({"tools/call": echo}), max_inflight_per_client=2) as c:
         session = await settle(c)
         monkeypatch.setattr(c.service, "_try_fast", lambda link, msg: False)
         send = c.link.send
         STEPS[step](c.service, session)
-        await call_with_token(c, 20)
-        if step != "answer to the client":
-            reply = await answer_to(c, 20)
-            assert reply["error"]["data"]["source"] == wire.GATEWAY_SOURCE, reply
-        await wait_released(c.service)
+        for msg_id in (20, 21, 22):
+            await call_with_token(c, msg_id)
+            if step != "answer to the client":
+                reply = await answer_to(c, msg_id)
+                assert reply["error"]["data"]["source"] == wire.GATEWAY_SOURCE, reply
+                assert reply["error"]["data"]["reason"] != "inflight-limit", reply
+            await wait_released(c.service)
         monkeypatch.undo()
         c.service.pool.__dict__.pop("session_for", None)
         session.__dict__.pop("call", None)
