@@ -597,3 +597,81 @@ def test_fds_and_memory_return_to_baseline() -> None:
         tracemalloc.stop()
     assert _fds() == fds
     assert grown < 512 * 1024, f"heap grew by {grown} bytes over 6 rounds"
+
+
+# -- MRTR retries: forged requestState, bad inputResponses ----------------------------------
+
+
+def _mutate_state(state: str, how: int, data: st.DataObject) -> object:
+    """Another requestState than the one the gateway sealed."""
+    if how == 0:  # one character changed
+        at = data.draw(st.integers(min_value=0, max_value=len(state) - 1))
+        new = data.draw(st.sampled_from("AB_-.x"))
+        return state[:at] + new + state[at + 1 :] if state[at] != new else state[:at] + "~"
+    if how == 1:  # cut short
+        return state[: data.draw(st.integers(min_value=0, max_value=len(state) - 1))]
+    if how == 2:  # something appended (not padding: that one is wt-mrtr's item)
+        return state + data.draw(st.sampled_from(["A", ".", "g1.", "x" * 100]))
+    return data.draw(JSON)  # any JSON value at all
+
+
+@FUZZ
+@given(data=st.data())
+def test_mrtr_retries_with_forged_state_or_bad_answers_are_refused(data: st.DataObject) -> None:
+    """2026-07-28 MRTR: a retry carries `inputResponses` (InputResponses) and
+    the exact `requestState`. A forged state or malformed answers are -32602
+    and touch nothing: the parked call stays ready, and the right retry then
+    completes it. README "Multi round-trip requests"."""
+    kinds = data.draw(st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=4))
+    anyio.run(_mrtr_retries, kinds, data)
+
+
+async def _ask_name(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    answer = await server.ask(
+        "elicitation/create",
+        {"message": "Name?", "requestedSchema": {"type": "object", "properties": {}}},
+    )
+    content = (answer.get("result") or {}).get("content") or {}
+    return {"content": [{"type": "text", "text": f"Hello, {content.get('name')}"}]}
+
+
+async def _mrtr_retries(kinds: list[int], data: st.DataObject) -> None:
+    from tests.scripted import gateway
+
+    meta = {**MODERN_META, era.CLIENT_CAPABILITIES: {"elicitation": {}}}
+    base = {"name": "ask", "arguments": {}, "_meta": meta}
+    good_answer = {"action": "accept", "content": {"name": "Ann"}}
+    async with gateway(legacy_server({"tools/call": _ask_name}), state_key="k" * 32) as c:
+        first = await _call(c, 1, base)
+        state = first["result"]["requestState"]
+        (key,) = first["result"]["inputRequests"]
+        for n, kind in enumerate(kinds, start=10):
+            params: dict[str, Any] = {**base, "requestState": state}
+            if kind <= 3:
+                params["requestState"] = _mutate_state(state, kind, data)
+                params["inputResponses"] = {key: good_answer}
+            elif kind == 4:
+                # (an object without the key is no error: the request is asked again)
+                params["inputResponses"] = data.draw(JSON.filter(lambda v: not isinstance(v, dict)))
+            else:
+                params["inputResponses"] = {
+                    key: data.draw(JSON.filter(lambda v: not isinstance(v, dict)))
+                }
+            reply = await _call(c, n, params)
+            assert reply["error"]["code"] == wire.INVALID_PARAMS, (kind, params, reply)
+        final = await _call(
+            c, 99, {**base, "requestState": state, "inputResponses": {key: good_answer}}
+        )
+        assert final["result"]["content"][0]["text"] == "Hello, Ann", final
+        with anyio.fail_after(3):
+            while held(c.service) != NOTHING_HELD:  # ends when all is released (or the bound)
+                await anyio.lowlevel.checkpoint()
+
+
+async def _call(c: Any, msg_id: int, params: dict[str, Any]) -> wire.Message:
+    await c.send(wire.request(msg_id, "tools/call", params))
+    with anyio.fail_after(5):
+        while True:  # ends with the answer (or the bound)
+            msg = await c.inbox.receive()
+            if msg.get("id") == msg_id and "method" not in msg:
+                return msg  # type: ignore[no-any-return]
