@@ -182,14 +182,16 @@ def problem(msg: wire.Message) -> tuple[str, str] | None:
     if params is None:
         params = {}
     is_request = "id" in msg
-    fields = (_REQUESTS if is_request else _NOTIFICATIONS).get(msg["method"])
-    # A legacy client may leave params out where nothing is required
-    # (2025-11-25 marks params optional for the paginated lists).
-    if fields is not None:
+    method = msg["method"]
+    meta = params.get("_meta")
+    modern = meta is not None and _PV in meta
+    fields = (_REQUESTS if is_request else _NOTIFICATIONS).get(method)
+    # A modern initialize, ping, setLevel or subscribe is -32601 whatever its
+    # params (DESIGN §4), so their legacy params are not this layer's business.
+    if fields is not None and not (modern and method in era.REMOVED_IN_MODERN):
         wrong = _first_wrong(params, fields)
         if wrong is not None:
             return wrong
-    meta = params.get("_meta")
     if meta is None:
         return None
     # `wire.validate` made sure `_meta` is an object.
@@ -197,7 +199,7 @@ def problem(msg: wire.Message) -> tuple[str, str] | None:
         token = meta.get("progressToken", _ABSENT)
         if token is not _ABSENT and not wire.is_request_id(token):
             return _TOKEN_WRONG
-    if era.PROTOCOL_VERSION in meta:
+    if modern:
         return _modern_meta_problem(meta)
     return None
 

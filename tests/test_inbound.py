@@ -346,3 +346,13 @@ def test_the_written_out_meta_checks_agree_with_the_table(field: inbound.Field, 
     assert (wrong is None) == table_says_ok, (field, value, wrong)
     if wrong is not None:
         assert wrong[0] == inbound._path("params._meta", field.name)
+
+
+@pytest.mark.parametrize("method", sorted(era.REMOVED_IN_MODERN))
+async def test_a_modern_request_for_a_removed_method_is_still_method_not_found(method: str) -> None:
+    """DESIGN §4 / 2026-07-28 "Key Changes": a modern initialize, ping,
+    logging/setLevel or resources/subscribe is -32601, even with none of the
+    legacy params those methods had (the field checks do not get there first)."""
+    async with gateway(legacy_server({"tools/call": echo})) as c:
+        reply = await c.call(method, {})
+        assert reply["error"]["code"] == wire.METHOD_NOT_FOUND, reply
