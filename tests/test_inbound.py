@@ -356,3 +356,17 @@ async def test_a_modern_request_for_a_removed_method_is_still_method_not_found(m
     async with gateway(legacy_server({"tools/call": echo})) as c:
         reply = await c.call(method, {})
         assert reply["error"]["code"] == wire.METHOD_NOT_FOUND, reply
+
+
+def test_an_upstream_message_nested_too_deep_is_dropped_at_decode() -> None:
+    """Issue defect 2 applies to upstream messages too: the bound holds for
+    what a server sends, on the stdio back (wire.decode) and the HTTP back
+    (each JSON body or SSE event), so nothing deeper reaches the gateway."""
+    from gateway.backs.http_back import HttpServerConnection
+
+    deep = '{"jsonrpc":"2.0","id":1,"result":{"a":' + "[" * 300 + "]" * 300 + "}}"
+    with pytest.raises(wire.InvalidMessage):
+        wire.decode(deep.encode())
+    assert HttpServerConnection._decode(orjson.loads(deep), deep) is None
+    shallow = '{"jsonrpc":"2.0","id":1,"result":{"a":' + "[" * 100 + "]" * 100 + "}}"
+    assert HttpServerConnection._decode(orjson.loads(shallow), shallow) is not None
