@@ -134,7 +134,8 @@ class GatewayService:
             log.debug("client request refused", method=msg["method"], field=path, problem=what)
             await link.send(inbound.invalid_params(msg["id"], path, what))
         else:
-            log.info("client notification dropped", method=msg["method"], field=path, problem=what)
+            # debug, like the refusals: a client cannot flood the log with them.
+            log.debug("client notification dropped", method=msg["method"], field=path, problem=what)
 
     # -- the fast path --------------------------------------------------------
     def _try_fast(self, link: ClientLink, msg: wire.Message) -> bool:
