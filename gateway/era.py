@@ -174,7 +174,8 @@ def check_modern_meta(
             msg_id, wire.INVALID_PARAMS, f"Invalid params: _meta[{CLIENT_INFO!r}] must be an object"
         )
     level = meta.get(LOG_LEVEL)
-    if level is not None and level not in LOG_RANK:
+    # A list or an object is unhashable: test the type before the table.
+    if level is not None and not (isinstance(level, str) and level in LOG_RANK):
         return wire.error_response(
             msg_id,
             wire.INVALID_PARAMS,

@@ -409,7 +409,7 @@ class HttpServerConnection:
             return _Refused(http_wire.failure_reply(msg_id, "reply is not JSON"), None)
         got_reply = False
         for item in value if isinstance(value, list) else [value]:
-            message = self._decode(item)
+            message = self._decode(item, body)
             if message is not None:
                 got_reply |= "method" not in message and message.get("id") == msg_id
                 deliver(message)
@@ -449,15 +449,16 @@ class HttpServerConnection:
         except orjson.JSONDecodeError:
             log.warning("upstream sent a non-JSON SSE event", data=event.data[:200])
             return False
-        message = self._decode(value)
+        message = self._decode(value, event.data)
         if message is None:
             return False
         deliver(message)
         return until is not None and "method" not in message and message.get("id") == until
 
     @staticmethod
-    def _decode(value: object) -> wire.Message | None:
+    def _decode(value: object, raw: bytes | str) -> wire.Message | None:
         try:
+            wire.check_nesting(value, raw)
             return wire.validate(value)
         except wire.InvalidMessage as exc:
             log.warning("upstream sent a non-MCP message", reason=exc.reason)

@@ -93,7 +93,7 @@ def route_request(
         )
     if method == "logging/setLevel":
         level = (params or {}).get("level")
-        if level not in era.LOG_RANK:
+        if not (isinstance(level, str) and level in era.LOG_RANK):
             return Reply(
                 wire.error_response(
                     msg_id,

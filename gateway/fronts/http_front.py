@@ -13,7 +13,8 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from gateway import era, wire
+from gateway import era, inbound, wire
 from gateway.core import authority, http_binding
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.http_output import HttpOutput
@@ -61,16 +62,18 @@ class HttpError(Exception):
         code: int = wire.INVALID_REQUEST,
         msg_id: wire.RequestId | None = None,
         *,
-        reason: str | None = None,
         headers: list[tuple[bytes, bytes]] | None = None,
+        **data: Any,
     ) -> None:
+        """`data`: the gateway error's `data` fields (e.g. `reason`); without
+        them the body is a plain JSON-RPC error."""
         super().__init__(message)
         self.status = status
         self.headers = headers or []
-        if reason is None:
-            self.body = wire.error_response(msg_id, code, message)
+        if data:
+            self.body = wire.gateway_error(msg_id, code, message, **data)
         else:
-            self.body = wire.gateway_error(msg_id, code, message, reason=reason)
+            self.body = wire.error_response(msg_id, code, message)
 
 
 class HttpFront:
@@ -242,12 +245,25 @@ class HttpFront:
         try:
             msg = wire.decode(body)
         except wire.InvalidMessage as exc:
-            raise HttpError(
-                400,
-                exc.reason,
-                wire.PARSE_ERROR if exc.reason == "not JSON" else wire.INVALID_REQUEST,
-            ) from None
+            if exc.reply is not None:
+                self.metrics.count_http_error(400)
+                await _respond(send, 400, exc.reply)
+                return
+            raise HttpError(400, exc.reason) from None
         kind = wire.kind_of(msg)
+        if kind is wire.Kind.REQUEST or kind is wire.Kind.NOTIFICATION:
+            # Before anything here reads a field (the progress token, the
+            # name for Mcp-Name): a wrong shape is -32602, HTTP 400.
+            wrong = inbound.problem(msg)
+            if wrong is not None:
+                msg_id = msg.get("id") if kind is wire.Kind.REQUEST else None
+                raise HttpError(
+                    400,
+                    f"Invalid params: {wrong[0]} {wrong[1]}",
+                    wire.INVALID_PARAMS,
+                    msg_id,
+                    field=wrong[0],
+                )
         session_id = headers.get("mcp-session-id")
         header_version = headers.get("mcp-protocol-version", "").strip()
         modern = session_id is None and (
@@ -280,7 +296,7 @@ class HttpFront:
             session = self._session(session_id, principal, None)
             if kind is wire.Kind.NOTIFICATION:
                 assert self.tg is not None
-                await self.service.handle_client_message(session.link, msg, self.tg)
+                await self.service.handle_client_message(session.link, msg, self.tg, checked=True)
             else:
                 self.service.handle_client_reply(session.link, msg)
         elif not modern:
@@ -385,15 +401,42 @@ class HttpFront:
         """Run one request and answer it: JSON when the reply is all there is,
         an SSE stream when something comes first. Closing the stream cancels."""
         msg_id = msg["id"]
-        busy = self._busy.get(link.principal, 0)
+        with self._in_progress(link.principal, msg_id):
+            await self._run_streamed(link, output, msg, receive, send, modern, extra_headers)
+
+    @contextmanager
+    def _in_progress(self, principal: str, msg_id: wire.RequestId) -> Iterator[None]:
+        """Count a request against its principal's `http_max_concurrent`
+        (429 beyond it), and release the count on every way out."""
+        busy = self._busy.get(principal, 0)
         if busy >= self.config.http_max_concurrent:
             raise HttpError(429, "Too many requests in progress", wire.INTERNAL_ERROR, msg_id)
-        self._busy[link.principal] = busy + 1
+        self._busy[principal] = busy + 1
+        try:
+            yield
+        finally:
+            left = self._busy[principal] - 1
+            if left:
+                self._busy[principal] = left
+            else:
+                del self._busy[principal]
+
+    async def _run_streamed(
+        self,
+        link: ClientLink,
+        output: HttpOutput,
+        msg: wire.Message,
+        receive: Receive,
+        send: Send,
+        modern: bool,
+        extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+    ) -> None:
+        msg_id = msg["id"]
         started = time.perf_counter()
-        stream = output.open(msg)
         assert self.tg is not None
         try:
-            await self.service.handle_client_message(link, msg, self.tg)
+            stream = output.open(msg)
+            await self.service.handle_client_message(link, msg, self.tg, checked=True)
             # None when the client went away first (the watcher cancelled) or
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
@@ -410,7 +453,6 @@ class HttpFront:
                 )
         finally:
             output.close(msg_id)
-            self._busy[link.principal] -= 1
 
     async def _answer(
         self,

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import structlog
 
-from gateway import era, wire
+from gateway import era, inbound, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing
@@ -79,11 +79,22 @@ class GatewayService:
 
     # -- client side -----------------------------------------------------
     async def handle_client_message(
-        self, link: ClientLink, msg: wire.Message, tg: anyio.abc.TaskGroup
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        tg: anyio.abc.TaskGroup,
+        *,
+        checked: bool = False,
     ) -> None:
         """Take one message from a client. Requests run as tasks in `tg` (the
-        link's own task group), so a slow call never holds up the next line."""
+        link's own task group), so a slow call never holds up the next line.
+        `checked`: the front already ran `inbound.problem` on it."""
         kind = wire.kind_of(msg)
+        if not checked and kind in (wire.Kind.REQUEST, wire.Kind.NOTIFICATION):
+            wrong = inbound.problem(msg)
+            if wrong is not None:
+                await self._refuse(link, msg, wrong)
+                return
         if kind is wire.Kind.REQUEST:
             msg_id = msg["id"]
             if msg_id in link.inflight:
@@ -115,6 +126,17 @@ class GatewayService:
             await self._handle_client_notification(link, msg)
         else:
             self.handle_client_reply(link, msg)
+
+    async def _refuse(self, link: ClientLink, msg: wire.Message, wrong: tuple[str, str]) -> None:
+        """A client message with a field of the wrong shape: a request gets
+        -32602 naming it, a notification (nobody to answer) is dropped."""
+        path, what = wrong
+        if "id" in msg:
+            log.debug("client request refused", method=msg["method"], field=path, problem=what)
+            await link.send(inbound.invalid_params(msg["id"], path, what))
+        else:
+            # debug, like the refusals: a client cannot flood the log with them.
+            log.debug("client notification dropped", method=msg["method"], field=path, problem=what)
 
     # -- the fast path --------------------------------------------------------
     def _try_fast(self, link: ClientLink, msg: wire.Message) -> bool:
@@ -183,6 +205,7 @@ class GatewayService:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.debug("client went away before its answer", id=msg_id)
 
+        started = False
         try:
             upstream_id = session.start_call(
                 decision.method,
@@ -192,9 +215,12 @@ class GatewayService:
                 owner=link,
                 log_level=decision.log_level,
             )
+            started = True
         except UpstreamGone:
-            finish()
             return False
+        finally:
+            if not started:
+                finish()  # the lease share and the progress route go on every way out
 
         def cancel() -> None:
             session.abandon_call(upstream_id, "cancelled by the client")
