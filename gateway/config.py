@@ -70,6 +70,12 @@ class Config:
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
+    # Connection limits (gateway/fronts/http_limits.py)
+    http_max_header_bytes: int = 32 * 1024  # request line + headers (431 beyond)
+    http_header_timeout: float = 10.0  # the whole head must arrive within it (408)
+    http_body_timeout: float = 30.0  # the whole body must arrive within it (408)
+    http_idle_timeout: float = 30.0  # a connection with no request is closed after it
+    http_max_connections: int = 1000  # the oldest idle one makes room, else 503
     # Send the client's own Authorization header upstream (HTTP front and back
     # only); upstream sessions are then keyed by that credential.
     http_forward_authorization: bool = False
@@ -131,6 +137,13 @@ class Config:
         for root in self.static_roots:
             if not isinstance(root.get("uri"), str):
                 raise ConfigError("each static root needs a string uri")
+        for name in ("http_header_timeout", "http_body_timeout", "http_idle_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"[http] {name.removeprefix('http_')} must be positive")
+        if self.http_max_header_bytes < 1024 or self.http_max_connections < 1:
+            raise ConfigError(
+                "[http] max_header_bytes must be at least 1024, max_connections at least 1"
+            )
         if self.max_message_bytes < 1024:
             raise ConfigError("max_message_bytes must be at least 1024")
         for scope in [self.default_cache_scope, *self.cache_scope.values()]:
@@ -174,6 +187,11 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",
     ("http", "forward_authorization"): "http_forward_authorization",
+    ("http", "max_header_bytes"): "http_max_header_bytes",
+    ("http", "header_timeout"): "http_header_timeout",
+    ("http", "body_timeout"): "http_body_timeout",
+    ("http", "idle_timeout"): "http_idle_timeout",
+    ("http", "max_connections"): "http_max_connections",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",
     ("mrtr", "state_ttl"): "state_ttl",

@@ -57,10 +57,14 @@ class HttpError(Exception):
         message: str,
         code: int = wire.INVALID_REQUEST,
         msg_id: wire.RequestId | None = None,
+        *,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = wire.error_response(msg_id, code, message)
+        # The request's body was not read: close rather than read the rest.
+        self.close = close
 
 
 class HttpFront:
@@ -105,7 +109,9 @@ class HttpFront:
                     raise HttpError(405, "Method not allowed")
         except HttpError as exc:
             self.metrics.count_http_error(exc.status)
-            await _respond(send, exc.status, exc.body)
+            await _respond(
+                send, exc.status, exc.body, [(b"connection", b"close")] if exc.close else None
+            )
 
     async def _readyz(self, send: Send) -> None:
         pool = self.service.pool
@@ -186,7 +192,11 @@ class HttpFront:
         ctype = headers.get("content-type", "")
         if not ctype.split(";")[0].strip().lower() == "application/json":
             raise HttpError(415, "Unsupported Media Type: the body must be application/json")
-        body = await _read_body(receive, self.config.max_message_bytes)
+        limit = self.config.max_message_bytes
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
+        body = await _read_body(receive, limit)
         try:
             msg = wire.decode(body)
         except wire.InvalidMessage as exc:
@@ -534,7 +544,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes")
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)

@@ -1,10 +1,12 @@
 """The gateway as an HTTP sidecar: uvicorn serves the ASGI front on
-HOST:PORT, the service and its upstream run in the same task tree. uvicorn
+HOST:PORT through the connection-limited protocol of fronts/http_limits.py,
+the service and its upstream run in the same task tree. uvicorn
 handles SIGTERM/SIGINT (stop accepting, finish open requests); then the
 upstream is stopped like in stdio mode."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import socket
@@ -15,6 +17,7 @@ import structlog
 import uvicorn
 
 from gateway.config import Config
+from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
@@ -55,7 +58,21 @@ async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
     service = GatewayService(config)
-    front = HttpFront(service, Metrics())
+    metrics = Metrics()
+    front = HttpFront(service, metrics)
+    refusals = http_limits.RefusalLog()
+    http_limits.quiet_accept_errors(asyncio.get_running_loop(), refusals)
+    open_files = http_limits.raise_open_files_limit()
+    limits = http_limits.HttpLimits(
+        max_header_bytes=config.http_max_header_bytes,
+        header_timeout=config.http_header_timeout,
+        body_timeout=config.http_body_timeout,
+        idle_timeout=config.http_idle_timeout,
+        max_connections=http_limits.connection_cap(
+            config.http_max_connections, open_files, config.max_sessions
+        ),
+    )
+    guard = http_limits.ConnectionGuard(limits, refusals, metrics.count_http_error)
     server = _Server(
         service,
         uvicorn.Config(
@@ -65,10 +82,10 @@ async def serve_http(config: Config) -> int:
             lifespan="off",
             access_log=False,
             log_level="warning",
-            http="httptools",
+            http=http_limits.protocol_class(guard),
+            ws="none",
             loop="asyncio",
             timeout_graceful_shutdown=int(config.shutdown_grace) or 1,
-            h11_max_incomplete_event_size=config.max_message_bytes,
         ),
     )
     async with anyio.create_task_group() as root:
@@ -82,5 +99,6 @@ async def serve_http(config: Config) -> int:
             front.end_session(session, "gateway shutting down")
         await service.aclose()
         root.cancel_scope.cancel()
+    refusals.close()
     log.info("gateway stopped")
     return 0
