@@ -308,11 +308,28 @@ def raise_open_files_limit() -> int:
     return soft
 
 
-def connection_cap(configured: int, open_files: int, upstream_sessions: int) -> int:
-    """The connection cap the open-files limit allows; warns once if lower
-    than configured, since connections past the limit would fail to accept."""
-    reserve = FD_RESERVE + FD_PER_UPSTREAM_SESSION * upstream_sessions
-    allowed = max(open_files - reserve, 1)
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    connections: int  # the connection cap
+    backlog: int  # the listen backlog, which is also how many accepts one loop pass makes
+
+
+MAX_BACKLOG = 2048  # uvicorn's default
+
+
+def capacity(configured: int, open_files: int, upstream_sessions: int) -> Capacity:
+    """The connection cap and listen backlog the open-files limit allows.
+
+    asyncio accepts up to `backlog` sockets in one pass, before any of them
+    reaches the protocol that would refuse or evict; their descriptors (and
+    those of evicted connections, closed a pass later) come on top of the cap.
+    Over the limit, every accept() fails until descriptors free up. Warns once
+    when the cap must be lower than configured."""
+    budget = max(open_files - FD_RESERVE - FD_PER_UPSTREAM_SESSION * upstream_sessions, 3)
+    if budget >= configured + 2 * MAX_BACKLOG:
+        return Capacity(configured, MAX_BACKLOG)
+    backlog = min(max(budget // 8, 1), MAX_BACKLOG)
+    allowed = min(configured, max(budget - 2 * backlog, 1))
     if allowed < configured:
         log.warning(
             f"the open-files limit ({open_files}) allows only {allowed} HTTP connections "
@@ -322,8 +339,7 @@ def connection_cap(configured: int, open_files: int, upstream_sessions: int) -> 
             max_connections=configured,
             allowed=allowed,
         )
-        return allowed
-    return configured
+    return Capacity(allowed, backlog)
 
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop, refusals: RefusalLog) -> None:

@@ -62,15 +62,15 @@ async def serve_http(config: Config) -> int:
     front = HttpFront(service, metrics)
     refusals = http_limits.RefusalLog()
     http_limits.quiet_accept_errors(asyncio.get_running_loop(), refusals)
-    open_files = http_limits.raise_open_files_limit()
+    capacity = http_limits.capacity(
+        config.http_max_connections, http_limits.raise_open_files_limit(), config.max_sessions
+    )
     limits = http_limits.HttpLimits(
         max_header_bytes=config.http_max_header_bytes,
         header_timeout=config.http_header_timeout,
         body_timeout=config.http_body_timeout,
         idle_timeout=config.http_idle_timeout,
-        max_connections=http_limits.connection_cap(
-            config.http_max_connections, open_files, config.max_sessions
-        ),
+        max_connections=capacity.connections,
     )
     guard = http_limits.ConnectionGuard(limits, refusals, metrics.count_http_error)
     server = _Server(
@@ -84,6 +84,7 @@ async def serve_http(config: Config) -> int:
             log_level="warning",
             http=http_limits.protocol_class(guard),
             ws="none",
+            backlog=capacity.backlog,
             loop="asyncio",
             timeout_graceful_shutdown=int(config.shutdown_grace) or 1,
         ),
