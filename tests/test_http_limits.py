@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -389,3 +390,82 @@ async def test_an_idle_flood_under_a_low_open_files_limit_does_not_stop_service(
     # One line per interval (and one at exit), each with its count: some of
     # the 400 never reached the gateway (the kernel's accept queue was full).
     assert 1 <= len(evicted) <= 2 and sum(line["count"] for line in evicted) > 50
+
+
+# -- shutdown -------------------------------------------------------------------------------
+async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_path: Path) -> None:
+    """Issue: "Over HTTP, calls that outlast the shutdown grace get `500
+    text/plain Internal Server Error` (and tracebacks in the log) instead of a
+    JSON-RPC error". A call still running when the grace ends gets a gateway
+    error (data.source, data.reason "shutdown"): as JSON when nothing was sent
+    yet, as the last SSE event when its stream is open; a request whose body
+    is still coming gets 503; the log has no traceback."""
+    config = "[gateway]\nshutdown_grace = 0.5\n"
+    async with (
+        gateway(tmp_path, config) as gw,
+        httpx.AsyncClient(base_url=gw.base, timeout=15) as client,
+    ):
+        # The flaky server answers one call at a time: the SSE call first
+        # (its progress comes at once, then it sleeps 30 s).
+        msg = call(2, "tools/call", name="progress", arguments={"seconds": 30})
+        msg["params"]["_meta"]["progressToken"] = "tok"
+        async with client.stream(
+            "POST", "/mcp", json=msg, headers=modern_headers("tools/call", "progress")
+        ) as sse:
+            assert sse.headers["content-type"] == "text/event-stream"
+            lines = sse.aiter_lines()
+            first = await anext(lines)
+            assert first.startswith("event: message")
+
+            # The JSON call waits behind it, on a connection already in use.
+            plain = await anyio.connect_tcp("127.0.0.1", gw.port)
+            async with plain:
+                await plain.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                seen = b""
+                with anyio.fail_after(5):
+                    while not seen.endswith(b'{"status":"alive"}'):  # the whole answer
+                        seen += await plain.receive()
+                assert seen.startswith(b"HTTP/1.1 200")
+                body = json.dumps(
+                    call(1, "tools/call", name="sleep", arguments={"seconds": 30})
+                ).encode()
+                head = "".join(
+                    f"{k}: {v}\r\n" for k, v in modern_headers("tools/call", "sleep").items()
+                )
+                await plain.send(
+                    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    + head.encode()
+                    + b"Content-Length: %d\r\n\r\n" % len(body)
+                    + body
+                )
+                # And a POST whose body is still coming.
+                slow = await anyio.connect_tcp("127.0.0.1", gw.port)
+                async with slow:
+                    await slow.send(
+                        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        + head.encode()
+                        + b"Expect: 100-continue\r\nContent-Length: 100\r\n\r\n"
+                    )
+                    assert (await slow.receive()).startswith(b"HTTP/1.1 100")
+                    gw.process.send_signal(signal.SIGTERM)
+                    raw = await read_response(plain, limit=10)
+                    unread = await read_response(slow, limit=10)
+            events = [first, *[line async for line in lines]]
+        with anyio.fail_after(10):
+            assert await gw.process.wait() == 0
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"content-type: application/json" in head.lower()
+    reply = json.loads(payload)
+    assert reply["id"] == 1
+    assert reply["error"]["data"] == {"source": "mcp-era-gateway", "reason": "shutdown"}
+
+    status, body = status_and_body(unread)
+    assert status == 503 and body["error"]["code"] == -32603
+
+    data = [json.loads(line.removeprefix("data: ")) for line in events if line.startswith("data")]
+    assert data[0]["method"] == "notifications/progress"
+    assert data[-1]["id"] == 2 and data[-1]["error"]["data"]["reason"] == "shutdown"
+
+    text = gw.log.read_text()
+    assert "Traceback" not in text and "Exception in ASGI" not in text

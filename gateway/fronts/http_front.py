@@ -9,11 +9,12 @@ session (Mcp-Session-Id) whose link lives until DELETE or idle expiry.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,6 +77,9 @@ class HttpFront:
         self._busy: dict[str, int] = {}
         self._tools: dict[str, dict[str, str]] = {}
         self.tg: TaskGroup | None = None
+        # The wait of each call in progress: cut at the end of the shutdown grace.
+        self._waits: set[anyio.CancelScope] = set()
+        self._cut_off = False
 
     # -- ASGI ----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -196,7 +200,10 @@ class HttpFront:
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
-        body = await _read_body(receive, limit)
+        with self._until_cut_off() as reading:
+            body = await _read_body(receive, limit)
+        if reading.cancelled_caught:
+            raise HttpError(503, "The gateway is shutting down", wire.INTERNAL_ERROR, close=True)
         try:
             msg = wire.decode(body)
         except wire.InvalidMessage as exc:
@@ -350,18 +357,29 @@ class HttpFront:
         started = time.perf_counter()
         stream = output.open(msg)
         assert self.tg is not None
+        answer = _Answer()
         try:
             await self.service.handle_client_message(link, msg, self.tg)
             # None when the client went away first (the watcher cancelled) or
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
-                reply = await self._answer(stream, send, msg_id, modern, extra_headers)
-                tg.cancel_scope.cancel()
-            if reply is None:
+            with self._until_cut_off() as wait:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                    reply = await self._answer(stream, send, msg_id, modern, extra_headers, answer)
+                    tg.cancel_scope.cancel()
+            if wait.cancelled_caught and answer.state in ("none", "sse"):
+                # The shutdown grace is over: the client gets a gateway error
+                # (as its last SSE event if a stream is open), the upstream a
+                # cancellation.
+                reply = wire.gateway_error(
+                    msg_id, wire.INTERNAL_ERROR, "The gateway is shutting down", reason="shutdown"
+                )
+                await answer.finish(send, reply)
                 self.service.cancel_request(link, msg_id)
-            else:
+            elif reply is None:
+                self.service.cancel_request(link, msg_id)
+            if reply is not None:
                 self._observe(reply)
                 self.metrics.observe_request(
                     msg["method"], link, reply, time.perf_counter() - started
@@ -370,6 +388,30 @@ class HttpFront:
             output.close(msg_id)
             self._busy[link.principal] -= 1
 
+    @contextlib.contextmanager
+    def _until_cut_off(self) -> Iterator[anyio.CancelScope]:
+        """A scope that the end of the shutdown grace cancels."""
+        with anyio.CancelScope() as scope:
+            self._waits.add(scope)
+            if self._cut_off:
+                scope.cancel()
+            try:
+                yield scope
+            finally:
+                self._waits.discard(scope)
+
+    def cut_off_calls(self) -> None:
+        """The shutdown grace is over: every call still waiting is answered
+        with an error now, before the server gives up on its connections."""
+        self._cut_off = True
+        for wait in list(self._waits):
+            wait.cancel()
+
+    def end_streams(self) -> None:
+        """Shutdown begins: GET streams end now (they never would by themselves)."""
+        for session in self.sessions.values():
+            session.output.close_get()
+
     async def _answer(
         self,
         stream: MemoryObjectReceiveStream[wire.Message],
@@ -377,13 +419,16 @@ class HttpFront:
         msg_id: wire.RequestId,
         modern: bool,
         extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+        answer: _Answer,
     ) -> wire.Message | None:
         try:
             first = await stream.receive()
         except anyio.EndOfStream:  # the session ended before anything came
+            answer.state = "json"
             await _respond(
                 send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
             )
+            answer.state = "done"
             return None
         if _is_reply_to(first, msg_id):
             extra = extra_headers(first) if extra_headers else []
@@ -395,7 +440,9 @@ class HttpFront:
                 status, challenge = refusal
                 if challenge is not None:
                     extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
+            answer.state = "json"
             await _respond(send, status, first, extra)
+            answer.state = "done"
             return first
         extra = extra_headers(first) if extra_headers else []
         await send(
@@ -409,16 +456,19 @@ class HttpFront:
                 ],
             }
         )
+        answer.state = "sse"
         msg = first
         while True:  # ends with the reply (or when the client goes)
             await send({"type": "http.response.body", "body": _sse(msg), "more_body": True})
             if _is_reply_to(msg, msg_id):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answer.state = "done"
                 return msg
             try:
                 msg = await _next_or_keepalive(stream, send)
             except anyio.EndOfStream:  # the session ended under the request
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answer.state = "done"
                 return None
 
     def _observe(self, reply: wire.Message) -> None:
@@ -503,6 +553,22 @@ class HttpFront:
             for session in list(self.sessions.values()):
                 if session.last_seen < cutoff and not session.link.inflight:
                     self.end_session(session, "idle")
+
+
+class _Answer:
+    """How far the answer to one request got: "none" sent yet, a "json"
+    response being written, an "sse" stream open, or "done"."""
+
+    state = "none"
+
+    async def finish(self, send: Send, reply: wire.Message) -> None:
+        """End the answer with `reply`: a JSON response, or the open SSE
+        stream's last event."""
+        if self.state == "sse":
+            await send({"type": "http.response.body", "body": _sse(reply), "more_body": False})
+        else:
+            await _respond(send, http_binding.status_for(reply), reply)
+        self.state = "done"
 
 
 def _is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:

@@ -1,13 +1,15 @@
 """The gateway as an HTTP sidecar: uvicorn serves the ASGI front on
 HOST:PORT through the connection-limited protocol of fronts/http_limits.py,
-the service and its upstream run in the same task tree. uvicorn
-handles SIGTERM/SIGINT (stop accepting, finish open requests); then the
-upstream is stopped like in stdio mode."""
+the service and its upstream run in the same task tree. On SIGTERM/SIGINT
+uvicorn stops accepting; GET streams and listens end at once, calls get
+`shutdown_grace` to finish and then a gateway error; then the upstream is
+stopped like in stdio mode."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import socket
 from collections.abc import Iterator
@@ -29,13 +31,22 @@ class _Server(uvicorn.Server):
     """uvicorn, ending listen streams gracefully before it waits for open
     requests to finish (they never would)."""
 
-    def __init__(self, service: GatewayService, config: uvicorn.Config) -> None:
+    def __init__(self, front: HttpFront, config: uvicorn.Config) -> None:
         super().__init__(config)
-        self._service = service
+        self._front = front
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self._service.end_subscriptions()
-        await super().shutdown(sockets)
+        self._front.service.end_subscriptions()
+        self._front.end_streams()
+        # Calls get the grace to finish, then a gateway error each; uvicorn's
+        # own deadline (a second later) would answer them 500 text/plain.
+        cut_off = asyncio.get_running_loop().call_later(
+            self._front.config.shutdown_grace, self._front.cut_off_calls
+        )
+        try:
+            await super().shutdown(sockets)
+        finally:
+            cut_off.cancel()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -45,12 +56,14 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _exit_on_signal(server: uvicorn.Server) -> None:
+async def _exit_on_signal(server: uvicorn.Server, front: HttpFront) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("signal received; shutting down", signal=signal.Signals(signum).name)
             if server.should_exit:
+                # A second signal: no more grace.
                 server.force_exit = True
+                front.cut_off_calls()
             server.should_exit = True
 
 
@@ -74,7 +87,7 @@ async def serve_http(config: Config) -> int:
     )
     guard = http_limits.ConnectionGuard(limits, refusals, metrics.count_http_error)
     server = _Server(
-        service,
+        front,
         uvicorn.Config(
             front,
             host=host,
@@ -86,14 +99,14 @@ async def serve_http(config: Config) -> int:
             ws="none",
             backlog=capacity.backlog,
             loop="asyncio",
-            timeout_graceful_shutdown=int(config.shutdown_grace) or 1,
+            timeout_graceful_shutdown=math.ceil(config.shutdown_grace) + 1,
         ),
     )
     async with anyio.create_task_group() as root:
         front.tg = root
         root.start_soon(service.start, root)
         root.start_soon(front.expire_idle_sessions)
-        root.start_soon(_exit_on_signal, server)
+        root.start_soon(_exit_on_signal, server, front)
         log.info("listening", url=f"http://{config.listen}/mcp")
         await server.serve()
         for session in list(front.sessions.values()):
