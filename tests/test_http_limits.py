@@ -257,6 +257,28 @@ async def test_a_slow_head_gets_408(tmp_path: Path) -> None:
         assert body["error"]["data"]["reason"] == "header-timeout"
 
 
+async def test_a_slow_pipelined_head_waits_for_the_answer_before_it(tmp_path: Path) -> None:
+    """The head timeout of a request pipelined behind a slow one starts when
+    that one is answered: the first answer arrives whole, then the 408."""
+    async with gateway(tmp_path, TIMEOUTS) as gw:
+        body = json.dumps(call(1, "tools/call", name="sleep", arguments={"seconds": 0.8}))
+        head = "".join(f"{k}: {v}\r\n" for k, v in modern_headers("tools/call", "sleep").items())
+        stream = await anyio.connect_tcp("127.0.0.1", gw.port)
+        async with stream:
+            await stream.send(
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}"
+                f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+                + b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            )
+            raw = await read_response(stream, limit=10)
+        first, _, rest = raw.partition(b"HTTP/1.1 408")
+        assert first.startswith(b"HTTP/1.1 200")
+        assert json.loads(first.partition(b"\r\n\r\n")[2])["id"] == 1
+        assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["data"]["reason"] == (
+            "header-timeout"
+        )
+
+
 async def test_a_slow_body_gets_408(tmp_path: Path) -> None:
     """Issue: "no timeout for ... slow bodies". The whole body must arrive
     within body_timeout: a POST whose body stops coming gets 408."""

@@ -240,35 +240,47 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._deadline = None
+        if self.serving():
+            # A pipelined head, behind a request still being answered: its
+            # time starts once that answer is out.
+            self._arm(self.guard.limits.header_timeout, self._head_timed_out)
+            return
         if self._in_head:
             self._refuse(408, "header-timeout", "Request Timeout: the head came too slowly")
 
     def _body_timed_out(self) -> None:
         self._deadline = None
         cycle = self.cycle
-        if cycle is not None and not cycle.response_started:
+        if cycle is not None and not cycle.response_started and not self.pipeline:
             # The app is waiting in receive(): it sees a disconnect, and its
             # answer goes nowhere (send is a no-op once disconnected).
             cycle.disconnected = True
             cycle.message_event.set()
             self._refuse(408, "body-timeout", "Request Timeout: the body came too slowly")
         else:
-            # Answered already (e.g. 401 before the body): the rest is unread.
-            self.drop("request bodies too slow, after the answer")
+            # Answered already (e.g. 401 before the body), or queued behind
+            # another request's answer: only closing is left.
+            self.drop(REFUSALS["body-timeout"])
 
     def _refuse(self, status: int, reason: str, message: str) -> None:
         if self._done:
             return
         self._cancel_deadline()
         self._unset_keepalive_if_required()
-        body = orjson.dumps(wire.gateway_error(None, wire.INVALID_REQUEST, message, reason=reason))
-        head = [
-            STATUS_LINE[status],
-            b"content-type: application/json\r\n",
-            b"content-length: %d\r\n" % len(body),
-            b"connection: close\r\n\r\n",
-        ]
-        self.transport.write(b"".join(head) + body)
+        cycle = self.cycle
+        # A pipelined request's refusal would be read as the answer to the
+        # one before it, unless that one is answered: else only close.
+        if cycle is None or cycle.response_complete or reason == "body-timeout":
+            body = orjson.dumps(
+                wire.gateway_error(None, wire.INVALID_REQUEST, message, reason=reason)
+            )
+            head = [
+                STATUS_LINE[status],
+                b"content-type: application/json\r\n",
+                b"content-length: %d\r\n" % len(body),
+                b"connection: close\r\n\r\n",
+            ]
+            self.transport.write(b"".join(head) + body)
         self.guard.on_refusal(status)
         self.drop(REFUSALS[reason])
 
