@@ -10,6 +10,9 @@ error")."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import inspect
 import json
 import os
 import signal
@@ -150,27 +153,35 @@ async def post_echo(client: httpx.AsyncClient, msg_id: int = 1) -> httpx.Respons
 # -- the uvicorn internals http_limits.py relies on ---------------------------------
 def test_the_uvicorn_internals_the_limits_rely_on_are_there() -> None:
     """pyproject pins uvicorn to the versions this was checked against; if a
-    new one renames what gateway/fronts/http_limits.py overrides or reads,
-    this fails loudly instead of the limits silently not applying."""
+    new one changes what gateway/fronts/http_limits.py replaces (data_received,
+    on_response_complete: rewritten there), extends or reads, this fails
+    loudly instead of the limits silently not applying."""
     import uvicorn
     from uvicorn.protocols.http import httptools_impl
 
     assert uvicorn.__version__.startswith("0.54.")
     proto = httptools_impl.HttpToolsProtocol
-    for name in (
-        "connection_made",
-        "connection_lost",
-        "data_received",
-        "on_message_begin",
-        "on_url",
-        "on_header",
-        "on_headers_complete",
-        "on_message_complete",
-        "on_response_complete",
-        "timeout_keep_alive_handler",
-        "_unset_keepalive_if_required",
-    ):
-        assert callable(getattr(proto, name)), name
+    sources = {
+        name: hashlib.sha256(inspect.getsource(getattr(proto, name)).encode()).hexdigest()[:16]
+        for name in (
+            "data_received",
+            "on_response_complete",
+            "on_message_begin",
+            "on_headers_complete",
+            "on_message_complete",
+            "connection_made",
+            "connection_lost",
+        )
+    }
+    assert sources == {
+        "data_received": "010a7ae59a5d3b1a",
+        "on_response_complete": "64e254f28e389e76",
+        "on_message_begin": "96d377fdc7c2baef",
+        "on_headers_complete": "1ea8589acfad92d8",
+        "on_message_complete": "1fbad42dc31fc01f",
+        "connection_made": "6efb565ff3d36b91",
+        "connection_lost": "c91a4c9bf2e29c55",
+    }, "uvicorn's httptools protocol changed: review gateway/fronts/http_limits.py"
     cycle = httptools_impl.RequestResponseCycle.__init__.__code__.co_names
     for attr in ("disconnected", "message_event", "response_started", "response_complete"):
         assert attr in cycle, attr
@@ -491,3 +502,137 @@ async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_pat
 
     text = gw.log.read_text()
     assert "Traceback" not in text and "Exception in ASGI" not in text
+
+
+# -- in-process: the protocol fed bytes directly ---------------------------------------------
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += bytes(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def ok_app(scope: Any, receive: Any, send: Any) -> None:
+    while (await receive()).get("more_body"):  # ends with the last body chunk
+        pass
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def connection(limit: int = 1024) -> tuple[Any, FakeTransport, Any]:
+    from uvicorn.config import Config as UvicornConfig
+    from uvicorn.server import ServerState
+
+    from gateway.fronts import http_limits
+
+    limits = http_limits.HttpLimits(max_header_bytes=limit)
+    guard = http_limits.ConnectionGuard(limits, http_limits.RefusalLog(), lambda status: None)
+    config = UvicornConfig(ok_app, lifespan="off", log_level="warning", proxy_headers=False)
+    config.load()
+    proto = http_limits.protocol_class(guard)(config, ServerState(), {})
+    transport = FakeTransport()
+    proto.connection_made(transport)
+    return proto, transport, guard
+
+
+async def settle() -> None:
+    for _ in range(5):  # the app task's few steps
+        await asyncio.sleep(0)
+
+
+async def test_the_head_limit_counts_request_line_and_headers() -> None:
+    """Issue, "HTTP front limits": "header bytes (431 ...), counting request
+    line + headers": a head of exactly the limit passes, one byte more is
+    refused, whatever the chunking."""
+    for extra, refused in ((0, False), (1, True)):
+        head = b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: \r\n\r\n"
+        value = b"v" * (1024 - len(head) + extra)
+        request = b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: " + value + b"\r\n\r\n"
+        assert len(request) == 1024 + extra
+        for chunk in (len(request), 7):
+            proto, transport, _ = connection(1024)
+            for i in range(0, len(request), chunk):
+                proto.data_received(request[i : i + chunk])
+            await settle()
+            assert transport.written.startswith(b"HTTP/1.1 431" if refused else b"HTTP/1.1 200")
+            assert transport.closed is refused
+
+
+async def test_an_endless_header_is_refused_near_the_limit() -> None:
+    """Issue: "a 200 MB header took RSS from 46 to 440 MB": an unfinished
+    header is refused once the bytes of the head pass the limit, not when it
+    ends."""
+    proto, transport, _ = connection(4096)
+    proto.data_received(b"GET / HTTP/1.1\r\nx-big: ")
+    fed = 0
+    while not transport.closed and fed < 1 << 20:  # ends when refused (or at 1 MiB)
+        proto.data_received(b"a" * 1000)
+        fed += 1000
+    assert transport.written.startswith(b"HTTP/1.1 431")
+    assert fed <= 4096 + 1000
+
+
+async def test_a_small_head_after_a_large_body_in_one_read_is_not_refused() -> None:
+    """A pipelined head that arrives in the same read as the end of a large
+    body is measured as itself, not with the body."""
+    proto, transport, _ = connection(1024)
+    body = b"x" * 8000
+    proto.data_received(
+        b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 8000\r\n\r\n"
+        + body
+        + b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+    )
+    for _ in range(4):
+        await settle()
+    assert transport.written.count(b"HTTP/1.1 200") == 2
+    assert not transport.closed
+
+
+async def test_deadlines_by_phase() -> None:
+    """What each deadline does when the guard's sweep finds it passed: idle
+    closes quietly, a head in progress gets 408, a body in progress 408."""
+    from gateway.fronts import http_limits
+
+    proto, transport, _ = connection()
+    assert proto.phase == http_limits.IDLE
+    proto.expire()
+    assert transport.closed and transport.written == b""
+
+    proto, transport, _ = connection()
+    proto.data_received(b"GET / HTTP/1.1\r\nhost")
+    assert proto.phase == http_limits.HEAD
+    proto.expire()
+    assert transport.written.startswith(b"HTTP/1.1 408") and b"header-timeout" in transport.written
+
+    proto, transport, _ = connection()
+    proto.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
+    await settle()
+    assert proto.phase == http_limits.BODY
+    proto.expire()
+    assert transport.written.startswith(b"HTTP/1.1 408") and b"body-timeout" in transport.written
+
+    proto, transport, _ = connection()
+    proto.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    await settle()
+    assert transport.written.startswith(b"HTTP/1.1 200")
+    assert proto.phase == http_limits.IDLE and not transport.closed

@@ -4,7 +4,7 @@ slow bodies (408), idle connections (closed), connections at once (the oldest
 idle one makes room, else 503).
 
 This leans on uvicorn's HttpToolsProtocol internals (its parser callbacks,
-`cycle`, `timeout_keep_alive_task`); pyproject pins uvicorn to the versions
+`cycle`, `pipeline`, `on_response_complete`); pyproject pins uvicorn to the versions
 tests/test_http_limits.py was run against, and that test checks the hooks
 still exist.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import math
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,7 +79,10 @@ class RefusalLog:
 
 
 class ConnectionGuard:
-    """The open connections of one server, least recently active first."""
+    """The open connections of one server, least recently active first, and
+    the one timer that enforces their deadlines: a sweep every `tick`
+    seconds, so a request costs no timer of its own (a deadline fires up to
+    a tick late)."""
 
     def __init__(
         self, limits: HttpLimits, refusals: RefusalLog, on_refusal: Callable[[int], None]
@@ -88,11 +92,16 @@ class ConnectionGuard:
         self.refusals = refusals
         self.on_refusal = on_refusal  # the HTTP status, for metrics
         self.open: dict[LimitedHttpToolsProtocol, None] = {}
+        shortest = min(limits.header_timeout, limits.body_timeout, limits.idle_timeout)
+        self.tick = min(shortest / 4, 1.0)
+        self._sweep: asyncio.TimerHandle | None = None
 
     def admit(self, conn: LimitedHttpToolsProtocol) -> bool:
         if len(self.open) >= self.cap and not self._evict_idle():
             return False
         self.open[conn] = None
+        if self._sweep is None:
+            self._sweep = conn.loop.call_later(self.tick, self.sweep, conn.loop)
         return True
 
     def touch(self, conn: LimitedHttpToolsProtocol) -> None:
@@ -103,6 +112,13 @@ class ConnectionGuard:
 
     def forget(self, conn: LimitedHttpToolsProtocol) -> None:
         self.open.pop(conn, None)
+
+    def sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Expire what is past its deadline; runs while connections are open."""
+        now = loop.time()
+        for conn in [c for c in self.open if c.deadline <= now]:
+            conn.expire()
+        self._sweep = loop.call_later(self.tick, self.sweep, loop) if self.open else None
 
     def _evict_idle(self) -> bool:
         # A connection that is not being served (no request running: idle,
@@ -125,23 +141,32 @@ def protocol_class(guard: ConnectionGuard) -> type[LimitedHttpToolsProtocol]:
     return Bound
 
 
+NEVER = math.inf
+# What a connection's deadline is for.
+IDLE, HEAD, BODY, SERVING = "idle", "head", "body", "serving"
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     guard: ConnectionGuard
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        limits = self.guard.limits
-        self.timeout_keep_alive = limits.idle_timeout  # type: ignore[assignment]
-        self._max_head = limits.max_header_bytes
-        self._deadline: asyncio.TimerHandle | None = None
+        self.limits = self.guard.limits
+        self.deadline = NEVER  # loop time; the guard's sweep calls expire() after it
+        self.phase = IDLE
         self._in_head = False
-        # Two lower bounds of the current head's size: what the parser
-        # reported (URL and complete headers), and whole chunks that arrived
-        # while it was incomplete. Either over the limit refuses it.
-        self._head_bytes = 0
-        self._head_buffered = 0
-        self._messages = 0  # requests begun on this connection
         self._done = False  # refused or evicted: nothing more is read
+        # Sizes of the current head, counted per chunk (not per header, to
+        # keep a request cheap): an upper bound (every chunk since the one
+        # it began in, whole) and a lower bound (chunks wholly inside it).
+        self._head_upper = 0
+        self._head_lower = 0
+        self._chunk = 0  # the size of the chunk being parsed
+        self._begun = 0  # requests begun on this connection
+
+    def _set_deadline(self, phase: str, seconds: float) -> None:
+        self.phase = phase
+        self.deadline = self.loop.time() + seconds
 
     # -- lifecycle -----------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -154,14 +179,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             )
             return
         # Idle from the start: a connection that never sends a byte is closed too.
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
-        )
+        self._set_deadline(IDLE, self.limits.idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.forget(self)
-        self._cancel_deadline()
-        self._unset_keepalive_if_required()
+        self.deadline = NEVER
         super().connection_lost(exc)
 
     def serving(self) -> bool:
@@ -169,17 +191,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def drop(self, why: str) -> None:
         self._done = True
+        self.deadline = NEVER
         self.guard.refusals.note(why)
         self.transport.close()
 
+    def expire(self) -> None:
+        self.deadline = NEVER
+        if self.phase == IDLE:
+            self.guard.forget(self)
+            if not self.transport.is_closing():
+                self.transport.close()
+        elif self.phase == HEAD:
+            self._head_timed_out()
+        elif self.phase == BODY:
+            self._body_timed_out()
+
     # -- input ---------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        # Unlike uvicorn, bytes alone do not reset the idle timer (a client
-        # sending a CRLF now and then would hold the connection): a request
+        # Unlike uvicorn, bytes alone do not make a connection active (a
+        # client sending a CRLF now and then would hold it): a request
         # beginning does (on_message_begin).
         if self._done:
             return
-        in_head, begun = self._in_head, self._messages
+        whole_chunk_in_head, begun = self._in_head, self._begun
+        self._chunk = len(data)
+        if whole_chunk_in_head:
+            self._head_upper += self._chunk
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -189,67 +226,73 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             if not self._done:
                 self._refuse(400, "bad-http", "Bad Request: invalid HTTP request")
             return
-        if in_head and self._in_head and begun == self._messages:
-            # The whole chunk belongs to a head still coming, whose headers
-            # httptools buffers until each is complete: count it, so a huge
-            # header is refused at the limit, not after it is all read.
-            self._head_buffered += len(data)
-            if self._head_buffered > self._max_head:
+        if self._in_head and whole_chunk_in_head and begun == self._begun:
+            # Still the same head, still incomplete: httptools buffers its
+            # headers until each is complete, so refuse at the limit rather
+            # than after the whole of it.
+            self._head_lower += self._chunk
+            if self._head_lower > self.limits.max_header_bytes:
                 self._refuse_head()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._unset_keepalive_if_required()
         self.guard.touch(self)
-        self._messages += 1
+        self._begun += 1
         self._in_head = True
-        self._head_bytes = 0
-        self._head_buffered = 0
-        self._arm(self.guard.limits.header_timeout, self._head_timed_out)
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-        self._head_bytes += len(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_bytes += len(name) + len(value) + 4
-        name = name.lower()
-        if name == b"expect" and value.lower() == b"100-continue":
-            self.expect_100_continue = True
-        self.headers.append((name, value))
+        self._head_upper = self._chunk
+        self._head_lower = 0
+        self._set_deadline(HEAD, self.limits.header_timeout)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        if self._head_bytes > self._max_head:
+        if self._head_upper > self.limits.max_header_bytes and self._head_size() > (
+            self.limits.max_header_bytes
+        ):
             self._refuse_head()
             raise _Refused  # stop parsing: nothing of this request runs
-        self._arm(self.guard.limits.body_timeout, self._body_timed_out)
+        self._set_deadline(BODY, self.limits.body_timeout)
         super().on_headers_complete()
 
+    def _head_size(self) -> int:
+        """The head's bytes: request line, header lines, blank line (less any
+        extra whitespace around header values)."""
+        line = len(self.parser.get_method()) + len(self.url) + len(b"  HTTP/1.1\r\n")
+        return line + sum(len(n) + len(v) + 4 for n, v in self.headers) + 2
+
     def on_message_complete(self) -> None:
-        self._cancel_deadline()
+        self.phase, self.deadline = SERVING, NEVER
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        # uvicorn's, with the idle deadline instead of a keep-alive timer.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self.phase == SERVING:
+            self._set_deadline(IDLE, self.limits.idle_timeout)
 
     # -- refusals ------------------------------------------------------------
     def _refuse_head(self) -> None:
         self._refuse(
             431,
             "header-too-large",
-            f"Request Header Fields Too Large: the limit is {self._max_head} bytes",
+            f"Request Header Fields Too Large: the limit is {self.limits.max_header_bytes} bytes",
         )
 
     def _head_timed_out(self) -> None:
-        self._deadline = None
         if self.serving():
             # A pipelined head, behind a request still being answered: its
             # time starts once that answer is out.
-            self._arm(self.guard.limits.header_timeout, self._head_timed_out)
+            self._set_deadline(HEAD, self.limits.header_timeout)
             return
         if self._in_head:
             self._refuse(408, "header-timeout", "Request Timeout: the head came too slowly")
 
     def _body_timed_out(self) -> None:
-        self._deadline = None
         cycle = self.cycle
         if cycle is not None and not cycle.response_started and not self.pipeline:
             # The app is waiting in receive(): it sees a disconnect, and its
@@ -265,8 +308,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, reason: str, message: str) -> None:
         if self._done:
             return
-        self._cancel_deadline()
-        self._unset_keepalive_if_required()
         cycle = self.cycle
         # A pipelined request's refusal would be read as the answer to the
         # one before it, unless that one is answered: else only close.
@@ -283,22 +324,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write(b"".join(head) + body)
         self.guard.on_refusal(status)
         self.drop(REFUSALS[reason])
-
-    # -- timers --------------------------------------------------------------
-    def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-        self._deadline = self.loop.call_later(seconds, callback)
-
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def timeout_keep_alive_handler(self) -> None:
-        if not self.transport.is_closing():
-            self.guard.forget(self)
-            self.transport.close()
 
 
 class _Refused(Exception):
