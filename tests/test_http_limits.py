@@ -495,6 +495,7 @@ async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_pat
 
     status, body = status_and_body(unread)
     assert status == 503 and body["error"]["code"] == -32603
+    assert body["error"]["data"] == {"source": "mcp-era-gateway", "reason": "shutdown"}
 
     data = [json.loads(line.removeprefix("data: ")) for line in events if line.startswith("data")]
     assert data[0]["method"] == "notifications/progress"
@@ -539,7 +540,15 @@ async def ok_app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"{}"})
 
 
-def connection(limit: int = 1024) -> tuple[Any, FakeTransport, Any]:
+async def hasty_app(scope: Any, receive: Any, send: Any) -> None:
+    """Answers before reading the body, like a 401 does."""
+    await send(
+        {"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]}
+    )
+    await send({"type": "http.response.body", "body": b""})
+
+
+def connection(limit: int = 1024, app: Any = ok_app) -> tuple[Any, FakeTransport, Any]:
     from uvicorn.config import Config as UvicornConfig
     from uvicorn.server import ServerState
 
@@ -547,7 +556,7 @@ def connection(limit: int = 1024) -> tuple[Any, FakeTransport, Any]:
 
     limits = http_limits.HttpLimits(max_header_bytes=limit)
     guard = http_limits.ConnectionGuard(limits, http_limits.RefusalLog(), lambda status: None)
-    config = UvicornConfig(ok_app, lifespan="off", log_level="warning", proxy_headers=False)
+    config = UvicornConfig(app, lifespan="off", log_level="warning", proxy_headers=False)
     config.load()
     proto = http_limits.protocol_class(guard)(config, ServerState(), {})
     transport = FakeTransport()
@@ -636,3 +645,15 @@ async def test_deadlines_by_phase() -> None:
     await settle()
     assert transport.written.startswith(b"HTTP/1.1 200")
     assert proto.phase == http_limits.IDLE and not transport.closed
+
+    # Answered before the body: the body still has its deadline, and once it
+    # is in, the connection is idle (not held with no deadline at all).
+    proto, transport, _ = connection(app=hasty_app)
+    proto.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
+    await settle()
+    assert transport.written.startswith(b"HTTP/1.1 401")
+    assert proto.phase == http_limits.BODY
+    proto.data_received(b"defghij")
+    assert proto.phase == http_limits.IDLE
+    proto.expire()
+    assert transport.closed

@@ -9,12 +9,11 @@ session (Mcp-Session-Id) whose link lives until DELETE or idle expiry.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -200,10 +199,7 @@ class HttpFront:
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
-        with self._until_cut_off() as reading:
-            body = await _read_body(receive, limit)
-        if reading.cancelled_caught:
-            raise HttpError(503, "The gateway is shutting down", wire.INTERNAL_ERROR, close=True)
+        body = await _read_body(receive, limit)
         try:
             msg = wire.decode(body)
         except wire.InvalidMessage as exc:
@@ -363,12 +359,19 @@ class HttpFront:
             # None when the client went away first (the watcher cancelled) or
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
-            with self._until_cut_off() as wait:
-                async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg:
+                # The end of the shutdown grace cancels the wait too (not a
+                # scope of its own: it would cost every request).
+                self._waits.add(tg.cancel_scope)
+                try:
+                    if self._cut_off:
+                        tg.cancel_scope.cancel()
                     tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
                     reply = await self._answer(stream, send, msg_id, modern, extra_headers, answer)
                     tg.cancel_scope.cancel()
-            if wait.cancelled_caught and answer.state in ("none", "sse"):
+                finally:
+                    self._waits.discard(tg.cancel_scope)
+            if self._cut_off and answer.state in ("none", "sse"):
                 # The shutdown grace is over: the client gets a gateway error
                 # (as its last SSE event if a stream is open), the upstream a
                 # cancellation.
@@ -387,18 +390,6 @@ class HttpFront:
         finally:
             output.close(msg_id)
             self._busy[link.principal] -= 1
-
-    @contextlib.contextmanager
-    def _until_cut_off(self) -> Iterator[anyio.CancelScope]:
-        """A scope that the end of the shutdown grace cancels."""
-        with anyio.CancelScope() as scope:
-            self._waits.add(scope)
-            if self._cut_off:
-                scope.cancel()
-            try:
-                yield scope
-            finally:
-                self._waits.discard(scope)
 
     def cut_off_calls(self) -> None:
         """The shutdown grace is over: every call still waiting is answered

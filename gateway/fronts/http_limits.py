@@ -39,6 +39,7 @@ REFUSALS = {
     "header-timeout": "request heads too slow answered 408",
     "body-timeout": "request bodies too slow answered 408",
     "bad-http": "malformed HTTP requests answered 400",
+    "shutdown": "requests whose body was still coming at shutdown answered 503",
 }
 
 
@@ -119,6 +120,13 @@ class ConnectionGuard:
         for conn in [c for c in self.open if c.deadline <= now]:
             conn.expire()
         self._sweep = loop.call_later(self.tick, self.sweep, loop) if self.open else None
+
+    def cut_off_bodies(self) -> None:
+        """The shutdown grace is over: requests still sending their body get
+        503 (their calls never started)."""
+        for conn in list(self.open):
+            if conn.phase == BODY:
+                conn.refuse_body(503, "shutdown", "The gateway is shutting down")
 
     def _evict_idle(self) -> bool:
         # A connection that is not being served (no request running: idle,
@@ -220,7 +228,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse(400, "bad-http", "Bad Request: protocol upgrades are not supported")
+            # Served as plain HTTP/1.1 (e.g. curl's "Upgrade: h2c"), as
+            # uvicorn does, minus its warning per request.
             return
         except httptools.HttpParserError:
             if not self._done:
@@ -260,7 +269,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return line + sum(len(n) + len(v) + 4 for n, v in self.headers) + 2
 
     def on_message_complete(self) -> None:
-        self.phase, self.deadline = SERVING, NEVER
+        if self.cycle is not None and self.cycle.response_complete and not self.pipeline:
+            # Answered before its body ended (e.g. 401): idle from now.
+            self._set_deadline(IDLE, self.limits.idle_timeout)
+        else:
+            self.phase, self.deadline = SERVING, NEVER
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -293,28 +306,30 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408, "header-timeout", "Request Timeout: the head came too slowly")
 
     def _body_timed_out(self) -> None:
+        self.refuse_body(408, "body-timeout", "Request Timeout: the body came too slowly")
+
+    def refuse_body(self, status: int, reason: str, message: str) -> None:
         cycle = self.cycle
         if cycle is not None and not cycle.response_started and not self.pipeline:
             # The app is waiting in receive(): it sees a disconnect, and its
             # answer goes nowhere (send is a no-op once disconnected).
             cycle.disconnected = True
             cycle.message_event.set()
-            self._refuse(408, "body-timeout", "Request Timeout: the body came too slowly")
+            self._refuse(status, reason, message, body_phase=True)
         else:
             # Answered already (e.g. 401 before the body), or queued behind
             # another request's answer: only closing is left.
-            self.drop(REFUSALS["body-timeout"])
+            self.drop(REFUSALS[reason])
 
-    def _refuse(self, status: int, reason: str, message: str) -> None:
+    def _refuse(self, status: int, reason: str, message: str, body_phase: bool = False) -> None:
         if self._done:
             return
         cycle = self.cycle
         # A pipelined request's refusal would be read as the answer to the
         # one before it, unless that one is answered: else only close.
-        if cycle is None or cycle.response_complete or reason == "body-timeout":
-            body = orjson.dumps(
-                wire.gateway_error(None, wire.INVALID_REQUEST, message, reason=reason)
-            )
+        if cycle is None or cycle.response_complete or body_phase:
+            code = wire.INTERNAL_ERROR if status >= 500 else wire.INVALID_REQUEST
+            body = orjson.dumps(wire.gateway_error(None, code, message, reason=reason))
             head = [
                 STATUS_LINE[status],
                 b"content-type: application/json\r\n",

@@ -31,9 +31,17 @@ class _Server(uvicorn.Server):
     """uvicorn, ending listen streams gracefully before it waits for open
     requests to finish (they never would)."""
 
-    def __init__(self, front: HttpFront, config: uvicorn.Config) -> None:
+    def __init__(
+        self, front: HttpFront, guard: http_limits.ConnectionGuard, config: uvicorn.Config
+    ) -> None:
         super().__init__(config)
         self._front = front
+        self._guard = guard
+
+    def cut_off(self) -> None:
+        """No more grace: what still runs is answered now."""
+        self._front.cut_off_calls()
+        self._guard.cut_off_bodies()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._front.service.end_subscriptions()
@@ -41,7 +49,7 @@ class _Server(uvicorn.Server):
         # Calls get the grace to finish, then a gateway error each; uvicorn's
         # own deadline (a second later) would answer them 500 text/plain.
         cut_off = asyncio.get_running_loop().call_later(
-            self._front.config.shutdown_grace, self._front.cut_off_calls
+            self._front.config.shutdown_grace, self.cut_off
         )
         try:
             await super().shutdown(sockets)
@@ -56,14 +64,14 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _exit_on_signal(server: uvicorn.Server, front: HttpFront) -> None:
+async def _exit_on_signal(server: _Server) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("signal received; shutting down", signal=signal.Signals(signum).name)
             if server.should_exit:
                 # A second signal: no more grace.
                 server.force_exit = True
-                front.cut_off_calls()
+                server.cut_off()
             server.should_exit = True
 
 
@@ -88,6 +96,7 @@ async def serve_http(config: Config) -> int:
     guard = http_limits.ConnectionGuard(limits, refusals, metrics.count_http_error)
     server = _Server(
         front,
+        guard,
         uvicorn.Config(
             front,
             host=host,
@@ -106,7 +115,7 @@ async def serve_http(config: Config) -> int:
         front.tg = root
         root.start_soon(service.start, root)
         root.start_soon(front.expire_idle_sessions)
-        root.start_soon(_exit_on_signal, server, front)
+        root.start_soon(_exit_on_signal, server)
         log.info("listening", url=f"http://{config.listen}/mcp")
         await server.serve()
         for session in list(front.sessions.values()):
