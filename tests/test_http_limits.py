@@ -340,28 +340,28 @@ async def test_idle_connections_are_closed(tmp_path: Path) -> None:
 
 
 # -- connections at once ------------------------------------------------------------------
-async def test_idle_connections_make_room_and_busy_ones_get_503(tmp_path: Path) -> None:
+async def test_at_the_connection_cap_idle_and_slow_connections_make_room(
+    tmp_path: Path,
+) -> None:
     """Issue: "about 1,100 idle connections stop all service". At
-    max_connections, a new connection closes the least recently used idle one;
-    only when every connection is busy is it answered 503 at once."""
-    config = "[http]\nmax_connections = 20\nbody_timeout = 5.0\n"
+    max_connections, a new connection closes the least recently active one
+    that runs no call: an idle one, else one still sending its request (503,
+    reason "evicted"); the well-behaved client is served."""
+    config = "[http]\nmax_connections = 5\n"
     async with gateway(tmp_path, config) as gw:
-        idle = [await anyio.connect_tcp("127.0.0.1", gw.port) for _ in range(20)]
+        idle = [await anyio.connect_tcp("127.0.0.1", gw.port) for _ in range(5)]
         async with httpx.AsyncClient(base_url=gw.base) as client:
-            for i in range(3):
-                assert (await post_echo(client, i)).status_code == 200
-        closed = 0
+            assert (await post_echo(client)).status_code == 200
+        assert await read_response(idle[0]) == b""  # the oldest made room
+        await idle[4].send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await idle[4].receive()).startswith(b"HTTP/1.1 200")  # the newest stayed
         for stream in idle:
-            with anyio.move_on_after(0.01):
-                if await read_response(stream, limit=1) == b"":
-                    closed += 1
             await stream.aclose()
-        assert closed >= 1
 
-        # Busy: each has a request being served, waiting for its body (the
-        # 100 Continue says the gateway is reading it).
-        busy = [await anyio.connect_tcp("127.0.0.1", gw.port) for _ in range(20)]
-        for stream in busy:
+        # Slow senders: each request is in, but not its body (the 100
+        # Continue says the gateway is waiting for it).
+        slow = [await anyio.connect_tcp("127.0.0.1", gw.port) for _ in range(5)]
+        for stream in slow:
             await stream.send(
                 b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 b"Accept: application/json, text/event-stream\r\nExpect: 100-continue\r\n"
@@ -369,12 +369,11 @@ async def test_idle_connections_make_room_and_busy_ones_get_503(tmp_path: Path) 
             )
             with anyio.fail_after(5):
                 assert (await stream.receive()).startswith(b"HTTP/1.1 100")
-        extra = await anyio.connect_tcp("127.0.0.1", gw.port)
-        async with extra:
-            status, body = status_and_body(await read_response(extra))
-        assert status == 503
-        assert body["error"]["data"]["reason"] == "too-many-connections"
-        for stream in busy:
+        async with httpx.AsyncClient(base_url=gw.base) as client:
+            assert (await post_echo(client)).status_code == 200
+        status, body = status_and_body(await read_response(slow[0]))
+        assert status == 503 and body["error"]["data"]["reason"] == "evicted"
+        for stream in slow:
             await stream.aclose()
 
 
@@ -419,7 +418,7 @@ async def test_an_idle_flood_under_a_low_open_files_limit_does_not_stop_service(
     low = [line for line in lines if "open-files limit (256)" in line["event"]]
     assert len(low) == 1 and low[0]["allowed"] < 256 - 64
     assert not [line for line in lines if "accept() failures" in line["event"]]
-    evicted = [line for line in lines if line["event"].startswith("idle connections closed")]
+    evicted = [line for line in lines if line["event"].startswith("connections closed to admit")]
     # One line per interval (and one at exit), each with its count: some of
     # the 400 never reached the gateway (the kernel's accept queue was full).
     assert 1 <= len(evicted) <= 2 and sum(line["count"] for line in evicted) > 50
@@ -548,14 +547,17 @@ async def hasty_app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def connection(limit: int = 1024, app: Any = ok_app) -> tuple[Any, FakeTransport, Any]:
+def connection(
+    limit: int = 1024, app: Any = ok_app, guard: Any = None
+) -> tuple[Any, FakeTransport, Any]:
     from uvicorn.config import Config as UvicornConfig
     from uvicorn.server import ServerState
 
     from gateway.fronts import http_limits
 
-    limits = http_limits.HttpLimits(max_header_bytes=limit)
-    guard = http_limits.ConnectionGuard(limits, http_limits.RefusalLog(), lambda status: None)
+    if guard is None:
+        limits = http_limits.HttpLimits(max_header_bytes=limit)
+        guard = http_limits.ConnectionGuard(limits, http_limits.RefusalLog(), lambda status: None)
     config = UvicornConfig(app, lifespan="off", log_level="warning", proxy_headers=False)
     config.load()
     proto = http_limits.protocol_class(guard)(config, ServerState(), {})
@@ -657,3 +659,37 @@ async def test_deadlines_by_phase() -> None:
     assert proto.phase == http_limits.IDLE
     proto.expire()
     assert transport.closed
+
+
+async def stuck_app(scope: Any, receive: Any, send: Any) -> None:
+    """Reads the request, then runs a call that does not end in this test."""
+    while (await receive()).get("more_body"):  # ends with the last body chunk
+        pass
+    await asyncio.Event().wait()
+
+
+async def test_connections_running_a_call_are_never_evicted() -> None:
+    """At the cap, a connection whose call is running keeps its slot; when
+    every connection runs one, a new connection gets 503 at once (reason
+    "too-many-connections")."""
+    from gateway.fronts import http_limits
+
+    limits = http_limits.HttpLimits(max_connections=2)
+    statuses: list[int] = []
+    guard = http_limits.ConnectionGuard(limits, http_limits.RefusalLog(), statuses.append)
+    busy = []
+    for _ in range(2):
+        proto, transport, _ = connection(app=stuck_app, guard=guard)
+        proto.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        await settle()
+        assert proto.phase == http_limits.SERVING
+        busy.append((proto, transport))
+    _, refused, _ = connection(guard=guard)
+    assert (
+        refused.written.startswith(b"HTTP/1.1 503") and b"too-many-connections" in refused.written
+    )
+    assert refused.closed and statuses == [503]
+    assert not any(transport.closed for _, transport in busy)
+    for proto, _ in busy:
+        for task in proto.tasks:
+            task.cancel()

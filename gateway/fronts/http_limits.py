@@ -40,6 +40,7 @@ REFUSALS = {
     "body-timeout": "request bodies too slow answered 408",
     "bad-http": "malformed HTTP requests answered 400",
     "shutdown": "requests whose body was still coming at shutdown answered 503",
+    "evicted": "connections closed to admit new ones (idle, or slow to send a request)",
 }
 
 
@@ -129,12 +130,14 @@ class ConnectionGuard:
                 conn.refuse_body(503, "shutdown", "The gateway is shutting down")
 
     def _evict_idle(self) -> bool:
-        # A connection that is not being served (no request running: idle,
-        # or still sending its head) makes room; one serving a call does not.
+        # The least recently active connection with no call running makes
+        # room: idle, or still sending its request (a slow sender must not
+        # hold a slot that a quick one could use). One running a call (or
+        # streaming its answer) never does.
         for conn in self.open:
-            if not conn.serving():
+            if conn.evictable():
                 del self.open[conn]
-                conn.drop("idle connections closed to admit new ones")
+                conn.evict()
                 return True
         return False
 
@@ -202,6 +205,23 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = NEVER
         self.guard.refusals.note(why)
         self.transport.close()
+
+    def evictable(self) -> bool:
+        if self.phase == IDLE:
+            return True
+        if self.phase == HEAD:  # unless pipelined behind a call still running
+            return not self.serving()
+        # Its body still coming, unless queued behind a call still running.
+        return self.phase == BODY and not self.pipeline
+
+    def evict(self) -> None:
+        message = "Service Unavailable: too many connections; this one was not sending fast enough"
+        if self.phase == BODY:
+            self.refuse_body(503, "evicted", message)
+        elif self.phase == HEAD:
+            self._refuse(503, "evicted", message)
+        else:
+            self.drop(REFUSALS["evicted"])
 
     def expire(self) -> None:
         self.deadline = NEVER
