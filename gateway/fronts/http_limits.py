@@ -99,7 +99,7 @@ class ConnectionGuard:
         self._sweep: asyncio.TimerHandle | None = None
 
     def admit(self, conn: LimitedHttpToolsProtocol) -> bool:
-        if len(self.open) >= self.cap and not self._evict_idle():
+        if len(self.open) >= self.cap and not self._make_room():
             return False
         self.open[conn] = None
         if self._sweep is None:
@@ -117,10 +117,11 @@ class ConnectionGuard:
 
     def sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         """Expire what is past its deadline; runs while connections are open."""
+        # The next sweep is booked first, so that nothing below can stop them.
+        self._sweep = loop.call_later(self.tick, self.sweep, loop) if self.open else None
         now = loop.time()
         for conn in [c for c in self.open if c.deadline <= now]:
             conn.expire()
-        self._sweep = loop.call_later(self.tick, self.sweep, loop) if self.open else None
 
     def cut_off_bodies(self) -> None:
         """The shutdown grace is over: requests still sending their body get
@@ -129,7 +130,7 @@ class ConnectionGuard:
             if conn.phase == BODY:
                 conn.refuse_body(503, "shutdown", "The gateway is shutting down")
 
-    def _evict_idle(self) -> bool:
+    def _make_room(self) -> bool:
         # The least recently active connection with no call running makes
         # room: idle, or still sending its request (a slow sender must not
         # hold a slot that a quick one could use). One running a call (or
