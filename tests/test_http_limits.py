@@ -693,3 +693,29 @@ async def test_connections_running_a_call_are_never_evicted() -> None:
     for proto, _ in busy:
         for task in proto.tasks:
             task.cancel()
+
+
+def test_the_limits_are_configurable_and_checked(tmp_path: Path) -> None:
+    """Issue, "HTTP front limits": "each configurable with a safe default"."""
+    from gateway import config
+
+    defaults = config.Config()
+    assert (defaults.http_max_header_bytes, defaults.http_max_connections) == (32768, 1000)
+    assert (defaults.http_header_timeout, defaults.http_body_timeout) == (10.0, 30.0)
+    assert defaults.http_idle_timeout == 30.0
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        "[http]\nmax_header_bytes = 8192\nheader_timeout = 1\nbody_timeout = 2.5\n"
+        "idle_timeout = 3\nmax_connections = 50\n"
+    )
+    cfg = config.load(path)
+    assert (cfg.http_max_header_bytes, cfg.http_header_timeout, cfg.http_body_timeout) == (
+        8192,
+        1.0,
+        2.5,
+    )
+    assert (cfg.http_idle_timeout, cfg.http_max_connections) == (3.0, 50)
+    for bad in ("header_timeout = 0", "max_connections = 0", "max_header_bytes = 100"):
+        path.write_text(f"[http]\n{bad}\n")
+        with pytest.raises(config.ConfigError):
+            config.load(path)
