@@ -388,6 +388,9 @@ class Capacity:
 
 
 MAX_BACKLOG = 2048  # uvicorn's default
+# Accepted sockets not yet admitted, and evicted ones not yet closed, at once:
+# measured with floods of 2,000 connections at 1,024 open files (2 was short).
+BACKLOGS_IN_FLIGHT = 4
 
 
 def capacity(configured: int, open_files: int, upstream_sessions: int) -> Capacity:
@@ -398,11 +401,11 @@ def capacity(configured: int, open_files: int, upstream_sessions: int) -> Capaci
     those of evicted connections, closed a pass later) come on top of the cap.
     Over the limit, every accept() fails until descriptors free up. Warns once
     when the cap must be lower than configured."""
-    budget = max(open_files - FD_RESERVE - FD_PER_UPSTREAM_SESSION * upstream_sessions, 3)
-    if budget >= configured + 2 * MAX_BACKLOG:
+    budget = max(open_files - FD_RESERVE - FD_PER_UPSTREAM_SESSION * upstream_sessions, 5)
+    if budget >= configured + BACKLOGS_IN_FLIGHT * MAX_BACKLOG:
         return Capacity(configured, MAX_BACKLOG)
-    backlog = min(max(budget // 8, 1), MAX_BACKLOG)
-    allowed = min(configured, max(budget - 2 * backlog, 1))
+    backlog = min(max(budget // 16, 1), MAX_BACKLOG)
+    allowed = min(configured, max(budget - BACKLOGS_IN_FLIGHT * backlog, 1))
     if allowed < configured:
         log.warning(
             f"the open-files limit ({open_files}) allows only {allowed} HTTP connections "
