@@ -128,6 +128,12 @@ class Config:
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
+    # Connection limits (gateway/fronts/http_limits.py)
+    http_max_header_bytes: int = 32 * 1024  # request line + headers (431 beyond)
+    http_header_timeout: float = 10.0  # the whole head must arrive within it (408)
+    http_body_timeout: float = 30.0  # the whole body must arrive within it (408)
+    http_idle_timeout: float = 30.0  # a connection with no request is closed after it
+    http_max_connections: int = 1000  # the oldest idle one makes room, else 503
     # Send the client's own Authorization header upstream (HTTP front and back
     # only); upstream sessions are then keyed by that credential.
     http_forward_authorization: bool = False
@@ -221,6 +227,9 @@ class Config:
             "restart_backoff_max",
             "state_ttl",
             "http_session_idle",
+            "http_header_timeout",
+            "http_body_timeout",
+            "http_idle_timeout",
         )
         for name in positive:
             value = getattr(self, name)
@@ -240,12 +249,15 @@ class Config:
             "max_inflight_per_client",
             "http_max_sessions",
             "http_max_concurrent",
+            "http_max_connections",
         )
         for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_where(name)} must be at least 1")
         if self.max_message_bytes < 1024:
             raise ConfigError("max_message_bytes must be at least 1024")
+        if self.http_max_header_bytes < 1024:
+            raise ConfigError("[http] max_header_bytes must be at least 1024")
         for name, ttl in (
             ("default_ttl_ms", self.default_ttl_ms),
             ("notified_ttl_ms", self.notified_ttl_ms),
@@ -315,6 +327,11 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",
     ("http", "forward_authorization"): "http_forward_authorization",
+    ("http", "max_header_bytes"): "http_max_header_bytes",
+    ("http", "header_timeout"): "http_header_timeout",
+    ("http", "body_timeout"): "http_body_timeout",
+    ("http", "idle_timeout"): "http_idle_timeout",
+    ("http", "max_connections"): "http_max_connections",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",
     ("mrtr", "state_ttl"): "state_ttl",

@@ -63,6 +63,7 @@ class HttpError(Exception):
         msg_id: wire.RequestId | None = None,
         *,
         headers: list[tuple[bytes, bytes]] | None = None,
+        close: bool = False,
         **data: Any,
     ) -> None:
         """`data`: the gateway error's `data` fields (e.g. `reason`); without
@@ -74,6 +75,9 @@ class HttpError(Exception):
             self.body = wire.gateway_error(msg_id, code, message, **data)
         else:
             self.body = wire.error_response(msg_id, code, message)
+        # The request's body was not read: close rather than read the rest.
+        if close:
+            self.headers.append((b"connection", b"close"))
 
 
 class HttpFront:
@@ -94,6 +98,9 @@ class HttpFront:
             for origin in self.config.http_allowed_origins
         )
         self._host_verdicts: dict[tuple[str | None, str | None], authority.Refusal | None] = {}
+        # The wait of each call in progress: cut at the end of the shutdown grace.
+        self._waits: set[anyio.CancelScope] = set()
+        self._cut_off = False
 
     # -- ASGI ----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -241,7 +248,11 @@ class HttpFront:
         ctype = headers.get("content-type", "")
         if not ctype.split(";")[0].strip().lower() == "application/json":
             raise HttpError(415, "Unsupported Media Type: the body must be application/json")
-        body = await _read_body(receive, self.config.max_message_bytes)
+        limit = self.config.max_message_bytes
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
+        body = await _read_body(receive, limit)
         try:
             msg = wire.decode(body)
         except wire.InvalidMessage as exc:
@@ -434,6 +445,7 @@ class HttpFront:
         msg_id = msg["id"]
         started = time.perf_counter()
         assert self.tg is not None
+        answer = _Answer()
         try:
             stream = output.open(msg)
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
@@ -441,18 +453,47 @@ class HttpFront:
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
-                reply = await self._answer(stream, send, msg_id, modern, extra_headers)
-                tg.cancel_scope.cancel()
-            if reply is None:
+                # The end of the shutdown grace cancels the wait too (not a
+                # scope of its own: it would cost every request).
+                self._waits.add(tg.cancel_scope)
+                try:
+                    if self._cut_off:
+                        tg.cancel_scope.cancel()
+                    tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                    reply = await self._answer(stream, send, msg_id, modern, extra_headers, answer)
+                    tg.cancel_scope.cancel()
+                finally:
+                    self._waits.discard(tg.cancel_scope)
+            if self._cut_off and answer.state in ("none", "sse"):
+                # The shutdown grace is over: the client gets a gateway error
+                # (as its last SSE event if a stream is open), the upstream a
+                # cancellation.
+                reply = wire.gateway_error(
+                    msg_id, wire.INTERNAL_ERROR, "The gateway is shutting down", reason="shutdown"
+                )
+                await answer.finish(send, reply)
                 self.service.cancel_request(link, msg_id)
-            else:
+            elif reply is None:
+                self.service.cancel_request(link, msg_id)
+            if reply is not None:
                 self._observe(reply)
                 self.metrics.observe_request(
                     msg["method"], link, reply, time.perf_counter() - started
                 )
         finally:
             output.close(msg_id)
+
+    def cut_off_calls(self) -> None:
+        """The shutdown grace is over: every call still waiting is answered
+        with an error now, before the server gives up on its connections."""
+        self._cut_off = True
+        for wait in list(self._waits):
+            wait.cancel()
+
+    def end_streams(self) -> None:
+        """Shutdown begins: GET streams end now (they never would by themselves)."""
+        for session in self.sessions.values():
+            session.output.close_get()
 
     async def _answer(
         self,
@@ -461,13 +502,16 @@ class HttpFront:
         msg_id: wire.RequestId,
         modern: bool,
         extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+        answer: _Answer,
     ) -> wire.Message | None:
         try:
             first = await stream.receive()
         except anyio.EndOfStream:  # the session ended before anything came
+            answer.state = "json"
             await _respond(
                 send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
             )
+            answer.state = "done"
             return None
         if _is_reply_to(first, msg_id):
             extra = extra_headers(first) if extra_headers else []
@@ -479,7 +523,9 @@ class HttpFront:
                 status, challenge = refusal
                 if challenge is not None:
                     extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
+            answer.state = "json"
             await _respond(send, status, first, extra)
+            answer.state = "done"
             return first
         extra = extra_headers(first) if extra_headers else []
         await send(
@@ -493,16 +539,19 @@ class HttpFront:
                 ],
             }
         )
+        answer.state = "sse"
         msg = first
         while True:  # ends with the reply (or when the client goes)
             await send({"type": "http.response.body", "body": _sse(msg), "more_body": True})
             if _is_reply_to(msg, msg_id):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answer.state = "done"
                 return msg
             try:
                 msg = await _next_or_keepalive(stream, send)
             except anyio.EndOfStream:  # the session ended under the request
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answer.state = "done"
                 return None
 
     def _observe(self, reply: wire.Message) -> None:
@@ -589,6 +638,22 @@ class HttpFront:
                     self.end_session(session, "idle")
 
 
+class _Answer:
+    """How far the answer to one request got: "none" sent yet, a "json"
+    response being written, an "sse" stream open, or "done"."""
+
+    state = "none"
+
+    async def finish(self, send: Send, reply: wire.Message) -> None:
+        """End the answer with `reply`: a JSON response, or the open SSE
+        stream's last event."""
+        if self.state == "sse":
+            await send({"type": "http.response.body", "body": _sse(reply), "more_body": False})
+        else:
+            await _respond(send, http_binding.status_for(reply), reply)
+        self.state = "done"
+
+
 def _is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
     return "method" not in msg and msg.get("id") == msg_id
 
@@ -645,7 +710,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes")
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
