@@ -241,3 +241,31 @@ async def test_subscriptions_survive_an_upstream_restart() -> None:
         )
         updated = await c.next()
     assert updated["params"]["uri"] == "a://1" and sub_id(updated) == 3
+
+
+async def test_a_listen_that_arrives_as_shutdown_begins_ends_gracefully() -> None:
+    """A listen sent just before the client's input ends registers after the
+    shutdown's end_subscriptions ran: it must still get its closing result
+    (2026-07-28 subscriptions "Graceful Closure"), not wait out the shutdown
+    grace and end with -32603."""
+    async with gateway(legacy_server(capabilities=CAPS)) as c:
+        c.service.end_subscriptions()
+        await c.send(listen(9, toolsListChanged=True))
+        ack, final = await c.next(), await c.next()
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert final["id"] == 9
+    assert final["result"] == {"resultType": "complete", "_meta": {era.SUBSCRIPTION_ID: 9}}
+
+
+async def test_a_listen_to_a_modern_server_after_shutdown_began_ends_gracefully() -> None:
+    """The same race on the same-era path: nothing is opened upstream, and the
+    client gets the closing result at once."""
+    seen = Recorder()
+    async with gateway(modern_server({"subscriptions/listen": acks_and_waits}, log=seen)) as c:
+        await c.call("tools/list", {})  # the upstream is up and settled
+        c.service.end_subscriptions()
+        await c.send(listen(43, toolsListChanged=True))
+        final = await c.next()
+    assert final["id"] == 43
+    assert final["result"] == {"resultType": "complete", "_meta": {era.SUBSCRIPTION_ID: 43}}
+    assert not [m for m in seen if m.get("method") == "subscriptions/listen"]

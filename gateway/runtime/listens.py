@@ -34,6 +34,9 @@ class Listens:
         self.config = config
         self.table = subs.SubscriptionTable()
         self.active: dict[subs.Listener, ActiveListen] = {}
+        # Shutdown has begun: a listen that registers now (it arrived just
+        # before the client's input ended) is ended as soon as it is acknowledged.
+        self.ending = False
 
     async def listen(
         self, link: ClientLink, msg: wire.Message, session: UpstreamSession
@@ -50,6 +53,8 @@ class Listens:
         listener = subs.Listener(link, msg_id, granted)
         active = ActiveListen(listener, link, session)
         self.active[listener] = active
+        if self.ending:
+            active.ended.set()
         try:
             for uri in self.table.add(listener):
                 reply = await session.call(
@@ -122,7 +127,9 @@ class Listens:
         log.info("subscriptions re-established after an upstream restart", listeners=len(moved))
 
     def end_all(self) -> None:
-        """Shutdown: every listen gets its graceful closing result."""
+        """Shutdown: every listen gets its graceful closing result, and so
+        does every listen that registers from now on."""
+        self.ending = True
         for active in self.active.values():
             active.ended.set()
 

@@ -463,6 +463,12 @@ class GatewayService:
             upstream_token = session.progress_token(link, token)
             params = _with_progress_token(params, upstream_token)
         if decision.method == "subscriptions/listen":
+            if self.listens.ending:
+                # Shutdown began while this listen was on its way: it gets the
+                # closing result the others got, not a stream cut off later.
+                client_id = CURRENT_REQUEST.get()
+                if client_id is not None:
+                    return wire.result_response(0, subs_core.closing_result(client_id))
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
         try:
