@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import shutil
 import sys
+import tomllib
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import anyio
+import structlog
 
 from gateway import config as config_mod
 from gateway import log_setup
+
+PROG = "mcp-era-gateway"
+STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
+# Exit status for a configuration the gateway cannot run with (as argparse's).
+EXIT_CONFIG = 2
 
 USAGE = """\
 mcp-era-gateway [--config PATH] [--listen stdio] [--upstream-era auto|modern|legacy]
@@ -19,8 +30,14 @@ mcp-era-gateway probe [options] -- COMMAND [ARG...]
 mcp-era-gateway demo"""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, like every other configuration error (not the usage block).
+        raise config_mod.ConfigError(f"{message} (see --help)")
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=prog,
         usage=USAGE,
         description="Let every generation of MCP client talk to every generation of MCP server.",
@@ -38,13 +55,27 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         choices=["auto", "modern", "legacy"],
         help="skip the era probe and treat the upstream as this era",
     )
-    p.add_argument("--log-level", choices=list(log_setup.LEVELS), help="default info")
+    p.add_argument(
+        "--log-level", type=str.lower, choices=list(log_setup.LEVELS), help="default info"
+    )
     p.add_argument("--log-format", choices=["console", "json"], help="default console")
     p.add_argument(
         "--max-sessions",
         type=int,
         metavar="N",
-        help="legacy upstream processes to run at most (default 1)",
+        help="legacy upstream sessions per principal, one per feature set (default 1)",
+    )
+    p.add_argument(
+        "--max-processes",
+        type=int,
+        metavar="N",
+        help="legacy upstream processes across all principals (default 16)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="bound on starting the upstream: spawn, era probe, initialize (default 30)",
     )
     p.add_argument(
         "--request-timeout",
@@ -77,12 +108,21 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Config:
     base = config_mod.load(ns.config)
+    env_key = os.environ.get(STATE_KEY_ENV)
+    if base.state_key is None and env_key is not None:
+        if len(env_key.encode()) < 16:
+            raise config_mod.ConfigError(
+                f"{STATE_KEY_ENV} must be at least 16 bytes (it has {len(env_key.encode())})"
+            )
+        base = dataclasses.replace(base, state_key=env_key)
     overrides: dict[str, Any] = {
         "listen": ns.listen,
         "upstream_era": ns.upstream_era,
         "log_level": ns.log_level,
         "log_format": ns.log_format,
         "max_sessions": ns.max_sessions,
+        "max_processes": ns.max_processes,
+        "startup_timeout": ns.startup_timeout,
         "request_timeout": ns.request_timeout,
         "probe_timeout": ns.probe_timeout,
         "max_message_bytes": ns.max_message_bytes,
@@ -94,6 +134,13 @@ def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Conf
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except config_mod.ConfigError as exc:
+        return _refuse(str(exc), _log_format_asked(argv))
+
+
+def _main(argv: list[str]) -> int:
     opts, command = _split(argv)
     sub = None
     for i, token in enumerate(opts):
@@ -104,22 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub = token
             del opts[i]
             break
-    parser = _parser("mcp-era-gateway" + (f" {sub}" if sub else ""))
+    parser = _parser(PROG + (f" {sub}" if sub else ""))
     ns = parser.parse_args(opts)
-    try:
-        if sub == "demo":
-            from gateway.demo import run_demo
+    cfg = _build_config(ns, command)
+    if sub == "demo":
+        from gateway.demo import run_demo
 
-            cfg = _build_config(ns, command)
-            log_setup.configure(cfg.log_level if ns.log_level else "warning", cfg.log_format)
-            return anyio.run(run_demo, cfg)
-        cfg = _build_config(ns, command)
-    except config_mod.ConfigError as exc:
-        parser.error(str(exc))
+        log_setup.configure(cfg.log_level if ns.log_level else "warning", cfg.log_format)
+        return anyio.run(run_demo, cfg)
     if not cfg.command and cfg.upstream_url is None:
-        parser.error(
+        raise config_mod.ConfigError(
             "no upstream: give a command after --, or --upstream URL, or set them in the config"
         )
+    _check_upstream_command(cfg)
     log_setup.configure(cfg.log_level, cfg.log_format)
     if sub == "probe":
         from gateway.probe_command import run_probe
@@ -132,3 +176,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gateway.runtime.stdio_app import serve_stdio
 
     return anyio.run(serve_stdio, cfg)
+
+
+def _check_upstream_command(cfg: config_mod.Config) -> None:
+    """A working directory or a program that is not there is a configuration
+    error, said at once, not an outage reported to every client."""
+    if cfg.cwd is not None and not os.path.isdir(cfg.cwd):
+        raise config_mod.ConfigError(f"[upstream] cwd {cfg.cwd!r} is not a directory")
+    if not cfg.command:
+        return
+    program = cfg.command[0]
+    if os.sep in program:
+        # exec resolves a relative path in the child's working directory.
+        path = os.path.join(cfg.cwd or os.curdir, program)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise config_mod.ConfigError(f"upstream command {program!r} is not an executable file")
+        return
+    search = {**os.environ, **cfg.env}.get("PATH", os.defpath)
+    if shutil.which(program, path=search) is None:
+        raise config_mod.ConfigError(f"upstream command {program!r} is not found on PATH")
+
+
+def _log_format_asked(argv: list[str]) -> str:
+    """The log format asked for (--log-format, else the config file's), read
+    without trusting the rest of the configuration."""
+    opts, _ = _split(argv)
+    config_path = None
+    for i, token in enumerate(opts):
+        name, inline, value = token.partition("=")
+        if not inline:
+            value = opts[i + 1] if i + 1 < len(opts) else ""
+        if name == "--log-format":
+            return "json" if value == "json" else "console"
+        if name == "--config":
+            config_path = value
+    if config_path is not None:
+        try:
+            raw = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return "console"
+        table = raw.get("gateway")
+        if isinstance(table, dict) and table.get("log_format") == "json":
+            return "json"
+    return "console"
+
+
+def _refuse(message: str, log_format: str) -> int:
+    """One line on stderr, then exit 2: JSON under --log-format json, so that
+    a log collector reads it like every other line."""
+    if log_format == "json":
+        log_setup.configure("error", "json")
+        structlog.get_logger("gateway.cli").error("invalid configuration", error=message)
+    else:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+    return EXIT_CONFIG

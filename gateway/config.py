@@ -2,19 +2,72 @@
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from gateway import era
+from gateway.core import authority
 from gateway.translate import CacheHint
 
 DEFAULT_CLIENT_INFO = {"name": "mcp-era-gateway", "version": "0.1.0"}
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# RFC 9110 §5.1 field-name token; a field value without CR, LF or NUL.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[^\r\n\x00]*")
+
+
 class ConfigError(Exception):
-    pass
+    """A setting the gateway cannot run with; the message names it."""
+
+
+def _check_upstream_url(url: str) -> None:
+    """http(s)://HOST[:PORT][/path], the authority as strict as a Host header."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
+    if any(c.isspace() for c in url) or "#" in url:
+        raise ConfigError(f"upstream url {url!r} has whitespace or a fragment")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    try:
+        authority.parse_host(netloc)
+    except authority.BadAuthority as exc:
+        hint = " (send credentials with [upstream] headers)" if "@" in netloc else ""
+        raise ConfigError(f"upstream url {url!r}: bad host: {exc}{hint}") from None
+
+
+def normalize_listen(value: str) -> str:
+    """`stdio`, or HOST:PORT in canonical form. `http://HOST:PORT` and
+    `http://HOST:PORT/mcp` are accepted, since that is how the endpoint is
+    written everywhere else."""
+    if value == "stdio":
+        return value
+    text = value
+    if text.lower().startswith("http://"):
+        text = text[len("http://") :]
+        for path in ("/mcp", "/"):
+            if text.endswith(path):
+                text = text[: -len(path)]
+                break
+    try:
+        if text.lower().startswith("https://"):
+            raise authority.BadAuthority("the gateway serves plain HTTP; put TLS in a proxy")
+        if "/" in text:
+            raise authority.BadAuthority("the endpoint is always /mcp")
+        parsed = authority.parse_host(text)
+        if parsed.port is None:
+            raise authority.BadAuthority("a port is required")
+    except authority.BadAuthority as exc:
+        raise ConfigError(
+            f"listen must be 'stdio' or HOST:PORT (e.g. 127.0.0.1:8080), not {value!r}: {exc}"
+        ) from None
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    return f"{host}:{parsed.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +82,10 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     upstream_era: str = "auto"  # auto | modern | legacy
     client_info: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CLIENT_INFO))
-    max_sessions: int = 1
+    max_sessions: int = 1  # per principal: legacy sessions, one per declared feature set
+    # Legacy upstream processes (or HTTP sessions) across all principals; past
+    # it the least recently used idle one is stopped.
+    max_processes: int = 16
     # Bounds (seconds, bytes, counts)
     probe_timeout: float = 5.0
     startup_timeout: float = 30.0
@@ -67,9 +123,17 @@ class Config:
     http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     http_allowed_origins: tuple[str, ...] = ()
     http_tokens: dict[str, str] = field(default_factory=dict)  # principal -> bearer token
+    # name -> bearer token for /metrics and /readyz details (http_tokens when empty)
+    http_admin_tokens: dict[str, str] = field(default_factory=dict)
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
+    # Connection limits (gateway/fronts/http_limits.py)
+    http_max_header_bytes: int = 32 * 1024  # request line + headers (431 beyond)
+    http_header_timeout: float = 10.0  # the whole head must arrive within it (408)
+    http_body_timeout: float = 30.0  # the whole body must arrive within it (408)
+    http_idle_timeout: float = 30.0  # a connection with no request is closed after it
+    http_max_connections: int = 1000  # the oldest idle one makes room, else 503
     # Send the client's own Authorization header upstream (HTTP front and back
     # only); upstream sessions are then keyed by that credential.
     http_forward_authorization: bool = False
@@ -89,23 +153,35 @@ class Config:
 
     def with_overrides(self, **overrides: Any) -> Config:
         cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg = cfg.normalized()
         cfg.check()
         return cfg
+
+    def normalized(self) -> Config:
+        """The same settings in canonical form: `listen` as HOST:PORT (a URL
+        form is accepted), the log level and format in lower case."""
+        return replace(
+            self,
+            listen=normalize_listen(self.listen),
+            log_level=self.log_level.lower(),
+            log_format=self.log_format.lower(),
+        )
 
     def check(self) -> None:
         if self.upstream_era not in ("auto", "modern", "legacy"):
             raise ConfigError(
                 f"upstream_era must be auto, modern or legacy, not {self.upstream_era!r}"
             )
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
+            )
         if self.log_format not in ("console", "json"):
             raise ConfigError(f"log_format must be console or json, not {self.log_format!r}")
-        if self.listen != "stdio":
-            host, _, port = self.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(f"listen must be 'stdio' or HOST:PORT, not {self.listen!r}")
+        normalize_listen(self.listen)
         url = self.upstream_url
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
+        if url is not None:
+            _check_upstream_url(url)
         if url is not None and self.command:
             raise ConfigError("give the upstream as a command or as a url, not both")
         if self.http_forward_authorization and (url is None or self.listen == "stdio"):
@@ -113,26 +189,21 @@ class Config:
                 "forward_authorization needs an HTTP front (--listen HOST:PORT) "
                 "and an HTTP upstream (--upstream URL)"
             )
-        if self.max_sessions < 1:
-            raise ConfigError("max_sessions must be at least 1")
-        for name in (
-            "probe_timeout",
-            "startup_timeout",
-            "request_timeout",
-            "shutdown_grace",
-            "upstream_exit_grace",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
-        if self.state_ttl <= 0 or self.max_rounds < 1 or self.max_parked_calls < 1:
-            raise ConfigError("state_ttl, max_rounds and max_parked_calls must be positive")
+        self._check_bounds()
         if self.state_key is not None and len(self.state_key.encode()) < 16:
             raise ConfigError("state_key must be at least 16 bytes")
         for root in self.static_roots:
             if not isinstance(root.get("uri"), str):
                 raise ConfigError("each static root needs a string uri")
-        if self.max_message_bytes < 1024:
-            raise ConfigError("max_message_bytes must be at least 1024")
+            if not isinstance(root.get("name", ""), str):
+                raise ConfigError("a static root's name must be a string")
+        for key in ("name", "version"):
+            if not isinstance(self.client_info.get(key), str):
+                raise ConfigError(f"[upstream] client_info needs a string {key}")
+        for name, value in self.upstream_headers.items():
+            if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
+                raise ConfigError(f"[upstream] headers: {name!r} is not a valid HTTP header")
+        self._check_http()
         for scope in [self.default_cache_scope, *self.cache_scope.values()]:
             if scope not in ("public", "private"):
                 raise ConfigError(f"cache scope must be public or private, not {scope!r}")
@@ -141,6 +212,86 @@ class Config:
                 raise ConfigError(
                     f"{method!r} is not a cacheable method ({', '.join(sorted(era.CACHEABLE))})"
                 )
+
+    def _check_bounds(self) -> None:
+        """Every bound a finite number in its range: a NaN or an infinite
+        timeout would be no bound, a zero idle time a busy loop."""
+        positive = (
+            "probe_timeout",
+            "startup_timeout",
+            "request_timeout",
+            "listen_timeout",
+            "shutdown_grace",
+            "upstream_exit_grace",
+            "restart_backoff_initial",
+            "restart_backoff_max",
+            "state_ttl",
+            "http_session_idle",
+            "http_header_timeout",
+            "http_body_timeout",
+            "http_idle_timeout",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(
+                    f"{_where(name)} must be a positive number of seconds, not {value}"
+                )
+        if not math.isfinite(self.input_batch_window) or self.input_batch_window < 0:
+            raise ConfigError("input_batch_window must be zero or a positive number of seconds")
+        if self.restart_backoff_max < self.restart_backoff_initial:
+            raise ConfigError("restart_backoff_max must not be less than restart_backoff_initial")
+        at_least_one = (
+            "max_sessions",
+            "max_processes",
+            "max_rounds",
+            "max_parked_calls",
+            "max_inflight_per_client",
+            "http_max_sessions",
+            "http_max_concurrent",
+            "http_max_connections",
+        )
+        for name in at_least_one:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{_where(name)} must be at least 1")
+        if self.max_message_bytes < 1024:
+            raise ConfigError("max_message_bytes must be at least 1024")
+        if self.http_max_header_bytes < 1024:
+            raise ConfigError("[http] max_header_bytes must be at least 1024")
+        for name, ttl in (
+            ("default_ttl_ms", self.default_ttl_ms),
+            ("notified_ttl_ms", self.notified_ttl_ms),
+            *self.cache_ttl_ms.items(),
+        ):
+            if ttl < 0:
+                raise ConfigError(f"the ttl_ms of {name} must not be negative")
+
+    def _check_http(self) -> None:
+        for host in self.http_allowed_hosts:
+            try:
+                authority.parse_host_name(host)
+            except authority.BadAuthority as exc:
+                raise ConfigError(
+                    f"[http] allowed_hosts: {host!r} is not a host name: {exc}"
+                ) from None
+        for origin in self.http_allowed_origins:
+            try:
+                authority.parse_origin(origin)
+            except authority.BadAuthority as exc:
+                raise ConfigError(
+                    f"[http] allowed_origins: {origin!r} is not scheme://host[:port]: {exc}"
+                ) from None
+        for table, tokens in (
+            ("tokens", self.http_tokens),
+            ("admin_tokens", self.http_admin_tokens),
+        ):
+            for name, token in tokens.items():
+                if not isinstance(token, str) or not token.strip():
+                    raise ConfigError(
+                        f"[http] {table}: the token of {name!r} must be a non-empty string"
+                    )
+            if len(set(tokens.values())) < len(tokens):
+                raise ConfigError(f"[http] {table}: two names share one token")
 
 
 # TOML table.key -> Config field
@@ -160,6 +311,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("upstream", "era"): "upstream_era",
     ("upstream", "client_info"): "client_info",
     ("upstream", "max_sessions"): "max_sessions",
+    ("upstream", "max_processes"): "max_processes",
     ("upstream", "probe_timeout"): "probe_timeout",
     ("upstream", "startup_timeout"): "startup_timeout",
     ("upstream", "request_timeout"): "request_timeout",
@@ -170,10 +322,16 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "allowed_hosts"): "http_allowed_hosts",
     ("http", "allowed_origins"): "http_allowed_origins",
     ("http", "tokens"): "http_tokens",
+    ("http", "admin_tokens"): "http_admin_tokens",
     ("http", "max_sessions"): "http_max_sessions",
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",
     ("http", "forward_authorization"): "http_forward_authorization",
+    ("http", "max_header_bytes"): "http_max_header_bytes",
+    ("http", "header_timeout"): "http_header_timeout",
+    ("http", "body_timeout"): "http_body_timeout",
+    ("http", "idle_timeout"): "http_idle_timeout",
+    ("http", "max_connections"): "http_max_connections",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",
     ("mrtr", "state_ttl"): "state_ttl",
@@ -189,6 +347,12 @@ _KEYS: dict[tuple[str, str], str] = {
     ("cache", "scope"): "cache_scope",
 }
 _TYPES = {f.name: f.type for f in fields(Config)}
+_WHERE = {name: f"[{table}] {key}" for (table, key), name in _KEYS.items()}
+
+
+def _where(name: str) -> str:
+    """How the operator writes a setting: its TOML key."""
+    return _WHERE.get(name, name)
 
 
 def load(path: str | Path | None) -> Config:
@@ -196,7 +360,7 @@ def load(path: str | Path | None) -> Config:
         return Config()
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     values: dict[str, Any] = {}
     for table, body in raw.items():
@@ -207,7 +371,7 @@ def load(path: str | Path | None) -> Config:
             if name is None:
                 raise ConfigError(f"unknown config key [{table}] {key}")
             values[name] = _coerce(name, value, f"[{table}] {key}")
-    cfg = Config(**values)
+    cfg = Config(**values).normalized()
     cfg.check()
     return cfg
 
@@ -235,6 +399,13 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     if kind.startswith("dict"):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a table")
+        of = {"dict[str, str]": (str, "a string"), "dict[str, int]": (int, "an integer")}
+        expected = of.get(kind)
+        for key, item in value.items():
+            if expected is not None and (
+                not isinstance(item, expected[0]) or isinstance(item, bool)
+            ):
+                raise ConfigError(f"{where}: {key!r} must be {expected[1]}")
         return dict(value)
     if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)

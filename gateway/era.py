@@ -76,6 +76,48 @@ CLIENT_FEATURE_METHODS = {
     "roots/list": "roots",
 }
 
+# Every method either revision's schema.json names (requests and
+# notifications); tests/test_http_edge.py checks it against both schemas. The
+# only method names the gateway lets into a metric label.
+SPEC_METHODS = frozenset(
+    {
+        "completion/complete",
+        "elicitation/create",
+        "initialize",
+        "logging/setLevel",
+        "notifications/cancelled",
+        "notifications/elicitation/complete",
+        "notifications/initialized",
+        "notifications/message",
+        "notifications/progress",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+        "notifications/roots/list_changed",
+        "notifications/subscriptions/acknowledged",
+        "notifications/tasks/status",
+        "notifications/tools/list_changed",
+        "ping",
+        "prompts/get",
+        "prompts/list",
+        "resources/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/templates/list",
+        "resources/unsubscribe",
+        "roots/list",
+        "sampling/createMessage",
+        "server/discover",
+        "subscriptions/listen",
+        "tasks/cancel",
+        "tasks/get",
+        "tasks/list",
+        "tasks/result",
+        "tools/call",
+        "tools/list",
+    }
+)
+
 
 class Era(StrEnum):
     MODERN = "modern"
@@ -132,7 +174,8 @@ def check_modern_meta(
             msg_id, wire.INVALID_PARAMS, f"Invalid params: _meta[{CLIENT_INFO!r}] must be an object"
         )
     level = meta.get(LOG_LEVEL)
-    if level is not None and level not in LOG_RANK:
+    # A list or an object is unhashable: test the type before the table.
+    if level is not None and not (isinstance(level, str) and level in LOG_RANK):
         return wire.error_response(
             msg_id,
             wire.INVALID_PARAMS,

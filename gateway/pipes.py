@@ -79,6 +79,10 @@ class PipeWriter:
         self._wake = anyio.Event()
         self._space = anyio.Event()
         self.broken: BaseException | None = None
+        # While the flusher runs, it alone waits on the fd (a second waiter
+        # is a BusyResourceError): `flush` then waits for it to empty the queue.
+        self._flusher_running = False
+        self._emptied = anyio.Event()
 
     def write(self, data: bytes) -> None:
         """Queue or write `data` now; never blocks. Raises BrokenResourceError
@@ -135,6 +139,14 @@ class PipeWriter:
     async def run_flusher(self) -> None:
         """Drain the queue as the pipe allows, until the pipe breaks or the
         task is cancelled. One per writer, owned by the transport's owner."""
+        self._flusher_running = True
+        try:
+            await self._flush_forever()
+        finally:
+            self._flusher_running = False
+            self._emptied.set()
+
+    async def _flush_forever(self) -> None:
         while self.broken is None:  # each pass waits for work or writability
             if not self._buf or self._corked:
                 self._wake = anyio.Event()
@@ -159,12 +171,18 @@ class PipeWriter:
             del self._buf[:sent]
             if len(self._buf) <= HIGH_WATER:
                 self._space.set()
+            if not self._buf:
+                self._emptied.set()
 
     async def flush(self, timeout: float) -> None:
         """Give queued bytes up to `timeout` to leave (at shutdown)."""
         with anyio.move_on_after(timeout):
             while self._buf and self.broken is None:  # each pass waits for writability
-                if self._async:
+                if self._flusher_running:
+                    self._emptied = anyio.Event()
+                    self._wake.set()
+                    await self._emptied.wait()
+                elif self._async:
                     try:
                         await anyio.wait_writable(self.fd)
                         del self._buf[: self._try_write(self._buf)]

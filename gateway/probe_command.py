@@ -29,7 +29,8 @@ async def run_probe(config: Config) -> int:
     async with anyio.create_task_group() as tg:
         await pool.start(tg)
         try:
-            profile = await pool.ready()
+            # One attempt: the command reports it rather than try again.
+            profile = await pool.ready(retry=False)
             report = {**profile.describe(), "probe": pool.probe_report}
             code = 0
         except UpstreamUnavailable as exc:

@@ -28,6 +28,12 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 LEGACY_RESOURCE_NOT_FOUND = -32002
 URL_ELICITATION_REQUIRED = -32042
 
+# How deep a message may nest (objects and arrays; the message itself is level
+# 1). orjson parses up to 1024 levels but encodes at most 254, so a deeper
+# message could be read and then neither forwarded nor digested; real MCP
+# messages stay far below this (a tool's input schema nests a dozen levels).
+MAX_NESTING = 128
+
 # Errors the gateway raises itself carry this in `data.source`, so that a client
 # can tell them from errors the upstream server sent (2026-07-28 "Error Codes":
 # local errors must not be mistaken for the peer's).
@@ -112,7 +118,53 @@ def decode(data: bytes | str) -> Message:
         raise InvalidMessage(
             error_response(None, PARSE_ERROR, f"Parse error: {exc}"), "not JSON"
         ) from None
+    check_nesting(value, data)
     return validate(value)
+
+
+def check_nesting(value: object, raw: bytes | str) -> None:
+    """Refuse a decoded value nested deeper than MAX_NESTING (-32600).
+
+    Counting brackets in the raw text runs at C speed and bounds the depth
+    from above, so only a message with that many brackets is walked.
+    """
+    if len(raw) <= 2 * MAX_NESTING:
+        return  # each level opens and closes: too short to nest that deep
+    if isinstance(raw, str):
+        brackets = raw.count("{") + raw.count("[")
+    else:
+        brackets = raw.count(b"{") + raw.count(b"[")
+    if brackets <= MAX_NESTING or not nested_deeper(value, MAX_NESTING):
+        return
+    msg_id = value.get("id") if isinstance(value, dict) else None
+    raise InvalidMessage(
+        gateway_error(
+            msg_id if is_request_id(msg_id) else None,
+            INVALID_REQUEST,
+            f"Invalid Request: the message nests deeper than {MAX_NESTING} levels",
+            reason="too-deep",
+        ),
+        "too deep",
+    )
+
+
+def nested_deeper(value: object, limit: int) -> bool:
+    """Whether objects and arrays in `value` nest more than `limit` levels."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:  # ends when every container was visited, or at the first too deep
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        for child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
 
 
 def validate(value: object) -> Message:

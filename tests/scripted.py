@@ -44,10 +44,15 @@ class Recorder(list[wire.Message]):
         self._changed = anyio.Event()
 
     async def wait_for(self, method: str, timeout: float = 2) -> wire.Message:
+        return await self.wait_until(lambda msg: msg.get("method") == method, timeout)
+
+    async def wait_until(
+        self, matches: Callable[[wire.Message], bool], timeout: float = 2
+    ) -> wire.Message:
         with anyio.fail_after(timeout):
             while True:  # each pass waits for a new message
                 for msg in self:
-                    if msg.get("method") == method:
+                    if matches(msg):
                         return msg
                 await self._changed.wait()
 

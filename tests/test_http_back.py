@@ -608,6 +608,64 @@ async def test_modern_client_through_legacy_http_with_an_mrtr_elicitation() -> N
     assert len(server.posts("tools/call")) == 1  # hold mode: one upstream call
 
 
+async def test_a_log_message_on_a_calls_post_stream_belongs_to_that_call() -> None:
+    """Issue: "On a legacy HTTP upstream a message on a call's POST stream
+    belongs to that call." Two overlapping calls on one upstream session, one
+    asking for debug logs and one for none (2026-07-28 logging: no messages for
+    a request without logLevel): each call's messages stay with it, and a
+    message on the GET stream belongs to no call (2025-11-25: "unrelated to
+    any concurrently-running JSON-RPC request")."""
+    both_in = anyio.Event()
+    arrived = 0
+
+    async def talk(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both_in.set()
+        with anyio.fail_after(3):
+            await both_in.wait()
+        who = args["who"]
+        note = {"level": "info", "data": f"{who}-info"}
+        await ask.notify("notifications/message", note)
+        if who == "a":
+            await behaviour.push(
+                ask.session.sid,
+                wire.notification("notifications/message", {"level": "info", "data": "get"}),
+            )
+        return {"content": [{"type": "text", "text": f"done {who}"}]}
+
+    behaviour = LegacyHttp(tools={"talk": talk})
+    seen: list[wire.Message] = []
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        replies: dict[str, wire.Message] = {}
+        send, send_nowait = c.link.send, c.link.send_nowait
+
+        async def record(msg: wire.Message) -> None:
+            seen.append(msg)
+            await send(msg)
+
+        def record_nowait(msg: wire.Message) -> None:
+            seen.append(msg)
+            send_nowait(msg)
+
+        c.link.send, c.link.send_nowait = record, record_nowait  # type: ignore[method-assign]
+
+        async def call(who: str, level: str | None) -> None:
+            meta = {**META, era.LOG_LEVEL: level} if level else dict(META)
+            params = {"name": "talk", "arguments": {"who": who}, "_meta": meta}
+            replies[who] = await c.call("tools/call", params)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "a", "debug")
+            tg.start_soon(call, "c", None)
+        await c.call("tools/list", {})  # anything still on its way is in by now
+    assert replies["a"]["result"]["content"][0]["text"] == "done a"
+    assert replies["c"]["result"]["content"][0]["text"] == "done c"
+    logs = [m["params"]["data"] for m in seen if m.get("method") == "notifications/message"]
+    assert logs == ["a-info"]
+
+
 async def test_legacy_session_ended_by_the_server_is_reopened_on_demand() -> None:
     async def hello(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": "hello"}]}

@@ -124,6 +124,45 @@ async def test_listen_on_a_modern_server_keeps_the_clients_id() -> None:
     assert changed["method"] == "notifications/tools/list_changed"
 
 
+async def test_shutdown_ends_a_listen_on_a_modern_server_gracefully() -> None:
+    """Issue defect: "A same-era modern `subscriptions/listen` open at shutdown
+    ends with -32603 'The gateway is shutting down'; end it with the completion
+    result the subscriptions pattern describes" (2026-07-28 subscriptions
+    "Graceful Closure": a successful response carrying the subscription id).
+    The server is told to drop it."""
+    seen = Recorder()
+    async with gateway(modern_server({"subscriptions/listen": acks_and_waits}, log=seen)) as c:
+        await c.send(listen(42, toolsListChanged=True))
+        ack = await c.next()
+        assert sub_id(ack) == 42
+        upstream_id = next(m["id"] for m in seen if m.get("method") == "subscriptions/listen")
+        c.service.end_subscriptions()
+        final = await c.next()
+        cancel = await seen.wait_for("notifications/cancelled")
+    assert final["id"] == 42
+    assert final["result"] == {"resultType": "complete", "_meta": {era.SUBSCRIPTION_ID: 42}}
+    assert cancel["params"]["requestId"] == upstream_id
+
+
+async def test_a_modern_servers_closing_result_names_the_clients_listen() -> None:
+    """2026-07-28 subscriptions "Graceful Closure": the closing result's
+    subscriptionId "matches the JSON-RPC id of the originating
+    subscriptions/listen request", which for the client is its own id."""
+
+    async def closes(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        return {"_meta": {era.SUBSCRIPTION_ID: msg["id"], "x/keep": 1}}
+
+    async with gateway(modern_server({"subscriptions/listen": closes})) as c:
+        reply = await c.call("subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+    assert reply["result"]["_meta"] == {era.SUBSCRIPTION_ID: reply["id"], "x/keep": 1}
+
+
+async def acks_and_waits(server: ScriptedServer, msg: wire.Message) -> None:
+    ack = {"_meta": {era.SUBSCRIPTION_ID: msg["id"]}, "notifications": {"toolsListChanged": True}}
+    await server.emit(wire.notification("notifications/subscriptions/acknowledged", ack))
+    await anyio.sleep_forever()
+
+
 # -- a legacy session of a modern server (DESIGN §5.2.6) ---------------------------
 
 
@@ -202,3 +241,31 @@ async def test_subscriptions_survive_an_upstream_restart() -> None:
         )
         updated = await c.next()
     assert updated["params"]["uri"] == "a://1" and sub_id(updated) == 3
+
+
+async def test_a_listen_that_arrives_as_shutdown_begins_ends_gracefully() -> None:
+    """A listen sent just before the client's input ends registers after the
+    shutdown's end_subscriptions ran: it must still get its closing result
+    (2026-07-28 subscriptions "Graceful Closure"), not wait out the shutdown
+    grace and end with -32603."""
+    async with gateway(legacy_server(capabilities=CAPS)) as c:
+        c.service.end_subscriptions()
+        await c.send(listen(9, toolsListChanged=True))
+        ack, final = await c.next(), await c.next()
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert final["id"] == 9
+    assert final["result"] == {"resultType": "complete", "_meta": {era.SUBSCRIPTION_ID: 9}}
+
+
+async def test_a_listen_to_a_modern_server_after_shutdown_began_ends_gracefully() -> None:
+    """The same race on the same-era path: nothing is opened upstream, and the
+    client gets the closing result at once."""
+    seen = Recorder()
+    async with gateway(modern_server({"subscriptions/listen": acks_and_waits}, log=seen)) as c:
+        await c.call("tools/list", {})  # the upstream is up and settled
+        c.service.end_subscriptions()
+        await c.send(listen(43, toolsListChanged=True))
+        final = await c.next()
+    assert final["id"] == 43
+    assert final["result"] == {"resultType": "complete", "_meta": {era.SUBSCRIPTION_ID: 43}}
+    assert not [m for m in seen if m.get("method") == "subscriptions/listen"]

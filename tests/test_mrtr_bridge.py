@@ -233,15 +233,25 @@ async def test_state_of_another_principal_is_rejected() -> None:
 
 
 async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
+    """A parked call whose state expires is refused upstream and cleaned up.
+
+    Issue defect: "100 parked MRTR calls expiring at once kill the mcp 1.30
+    upstream". The gateway used to cancel the call as well, so the
+    cancellation reached the server while it wrote the result the refusal had
+    produced; the server now hears only the refusal when that ends the call.
+    """
     seen = Recorder()
     async with gateway(legacy_server({"tools/call": ask_name}, log=seen), state_ttl=0.2) as c:
         first = await start(c, "ask_name")
         assert c.service.bridge.held
-        cancel = await seen.wait_for("notifications/cancelled", timeout=3)
-        call_id = next(m["id"] for m in seen if m.get("method") == "tools/call")
-        assert cancel["params"]["requestId"] == call_id
-        refused = next(m for m in seen if m.get("id") == "srv-1")
+        (entry,) = c.service.bridge.held.values()
+        refused = await seen.wait_until(lambda m: m.get("id") == "srv-1", timeout=3)
         assert refused["error"]["code"] == wire.INTERNAL_ERROR
+        # The server ended the call itself on hearing no answer would come, so
+        # it is not cancelled as well (see test_expiry_* below).
+        with anyio.fail_after(3):
+            await entry.finished.wait()
+        assert not any(m.get("method") == "notifications/cancelled" for m in seen)
         assert not c.service.bridge.held
         session = next(iter(c.service.pool.sessions.values()))
         assert session.lease.holder is None and not session.pending
@@ -250,6 +260,35 @@ async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
         # The session is free for the next call.
         nxt = await start(c, "ask_name", msg_id=3)
         assert nxt["result"]["resultType"] == "input_required"
+
+
+async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call the server does not end on hearing that no answer will come is
+    still bounded: it is cancelled after WIND_DOWN, the refusal first and
+    nothing for the call after the cancellation (the issue's "100 parked MRTR
+    calls expiring at once" with a real SDK: test_real_peers_mrtr_expiry.py)."""
+    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    seen = Recorder()
+
+    async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.ask("elicitation/create", ELICIT)  # refused: it carries on
+        await anyio.sleep_forever()
+
+    async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
+        await start(c, "stubborn")
+        (entry,) = c.service.bridge.held.values()
+        assert entry.watch is not None
+        entry.watch.cancel()  # the state_ttl timer fires
+        with anyio.fail_after(3):
+            await entry.finished.wait()
+        await seen.wait_for("notifications/cancelled")
+        await c.call("tools/list", {})  # one more round trip: anything late is in
+    order = [m.get("method") or m.get("id") for m in seen]
+    assert order.index("srv-1") < order.index("notifications/cancelled")
+    assert order.count("srv-1") == 1
+    assert order[order.index("notifications/cancelled") + 1 :] == ["tools/list"]
 
 
 async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
@@ -297,16 +336,41 @@ async def test_upstream_crash_while_parked_fails_the_retry_cleanly() -> None:
 async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:
     # 2026-07-28 "Per-request protocol fields": a server MUST answer -32021 when
     # processing needs a capability the client did not declare; the gateway
-    # answers so for the legacy server, and cancels the call upstream.
+    # answers so for the legacy server, whose request is refused. A server that
+    # then ends the call itself is not also sent a cancellation (the issue's
+    # expiry defect: the two together break mcp 1.30).
     for caps in ({"sampling": {}}, {}):
         seen = Recorder()
         async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
             reply = await start(c, "ask_name", caps=caps)
-            await seen.wait_for("notifications/cancelled")
-            refused = next(m for m in seen if m.get("id") == "srv-1")
+            refused = await seen.wait_until(lambda m: m.get("id") == "srv-1")
+            await c.call("tools/list", {})  # the tool's own end is in by now
         assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
         assert reply["error"]["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
         assert refused["error"]["code"] == wire.METHOD_NOT_FOUND
+        assert not any(m.get("method") == "notifications/cancelled" for m in seen), caps
+
+
+async def test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The -32021 paths bound the upstream call like an expiry does: refusal
+    first, cancellation once WIND_DOWN has passed."""
+    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    monkeypatch.setattr("gateway.runtime.upstream_session.WIND_DOWN", 0, raising=False)
+
+    async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
+        await server.ask("elicitation/create", ELICIT)
+        await anyio.sleep_forever()
+
+    for caps in ({"sampling": {}}, {}):
+        seen = Recorder()
+        async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
+            reply = await start(c, "stubborn", caps=caps)
+            await seen.wait_for("notifications/cancelled", timeout=3)
+        assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
+        order = [m.get("method") or m.get("id") for m in seen]
+        assert order.index("srv-1") < order.index("notifications/cancelled"), caps
 
 
 async def test_static_roots_answer_roots_outside_any_call() -> None:
@@ -374,10 +438,68 @@ async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
         (key,) = first["result"]["inputRequests"]
         assert key.startswith("replay-")
         assert not c.service.bridge.held
-        await seen.wait_for("notifications/cancelled")
+        await seen.wait_until(lambda m: m.get("id") == "srv-1" and "error" in m)
         final = await retry(c, first, {key: accept("Ed")}, msg_id=2, name="ask_name")
     assert final["result"]["content"][0]["text"] == "Hello, Ed"
     assert len([m for m in seen if m.get("method") == "tools/call"]) == 2
+
+
+async def test_a_replay_state_is_honoured_once() -> None:
+    """Issue defect: "In replay mode one state can be presented any number of
+    times, and the tool runs each time." A state is single-use within its
+    lifetime: presented again, even with other answers, it is -32602 and
+    nothing goes upstream."""
+    seen = Recorder()
+    async with gateway(
+        legacy_server({"tools/call": ask_name}, log=seen), replay_tools=("ask_*",)
+    ) as c:
+        first = await start(c, "ask_name")
+        (key,) = first["result"]["inputRequests"]
+        final = await retry(c, first, {key: accept("Ed")}, msg_id=2)
+        assert final["result"]["content"][0]["text"] == "Hello, Ed"
+        runs = len([m for m in seen if m.get("method") == "tools/call"])
+        for msg_id, name in ((3, "Ed"), (4, "Mallory")):
+            again = await retry(c, first, {key: accept(name)}, msg_id=msg_id)
+            assert again["error"]["code"] == wire.INVALID_PARAMS
+            assert "already used" in again["error"]["message"]
+        await c.call("tools/list", {})  # anything sent upstream is in by now
+        assert len([m for m in seen if m.get("method") == "tools/call"]) == runs == 2
+
+
+async def test_a_refused_replay_retry_leaves_the_state_usable() -> None:
+    """A retry refused before it runs (a malformed `inputResponses`) does not
+    spend the state: 2026-07-28 MRTR "Error Handling" lets the client correct it."""
+    async with gateway(legacy_server({"tools/call": ask_name}), replay_tools=("ask_*",)) as c:
+        first = await start(c, "ask_name")
+        (key,) = first["result"]["inputRequests"]
+        bad = await retry(c, first, [], msg_id=2)  # type: ignore[arg-type]
+        assert bad["error"]["code"] == wire.INVALID_PARAMS
+        final = await retry(c, first, {key: accept("Ed")}, msg_id=3)
+    assert final["result"]["content"][0]["text"] == "Hello, Ed"
+
+
+async def test_a_url_required_resend_state_is_honoured_once() -> None:
+    """The -32042 re-send state re-runs the call like a replay state does
+    (issue: "one state can be presented any number of times, and the tool runs
+    each time"): honoured once."""
+    calls = 0
+
+    async def needs_url(server: ScriptedServer, msg: wire.Message) -> wire.Message:
+        nonlocal calls
+        calls += 1
+        elicitation = {"mode": "url", "elicitationId": "e", "url": "https://x/a", "message": "m"}
+        return wire.error_response(
+            0, wire.URL_ELICITATION_REQUIRED, "auth", {"elicitations": [elicitation]}
+        )
+
+    async with gateway(legacy_server({"tools/call": needs_url})) as c:
+        first = await start(c, "needs_url")
+        accepted = {"url-1": {"action": "accept"}}
+        again = await retry(c, first, accepted, msg_id=2, name="needs_url")
+        assert again["result"]["resultType"] == "input_required"
+        replayed = await retry(c, first, accepted, msg_id=3, name="needs_url")
+        assert "already used" in replayed["error"]["message"]
+    assert calls == 2
 
 
 async def test_many_clients_each_get_their_own_answer() -> None:

@@ -323,6 +323,14 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def http_gateway(tmp_path: Path, server: list[str]) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_gateway_process(tmp_path, server) as (client, _):
+        yield client
+
+
+@asynccontextmanager
+async def http_gateway_process(
+    tmp_path: Path, server: list[str]
+) -> AsyncIterator[tuple[httpx.AsyncClient, Process]]:
     port = free_port()
     cmd = [
         sys.executable, "-m", "gateway", "--listen", f"127.0.0.1:{port}",
@@ -344,9 +352,10 @@ async def http_gateway(tmp_path: Path, server: list[str]) -> AsyncIterator[httpx
                         except httpx.TransportError:
                             pass
                         await anyio.sleep(0.05)
-                yield c
+                yield c, process
         finally:
-            process.terminate()
+            if process.returncode is None:
+                process.terminate()
             with anyio.fail_after(10):
                 await process.wait()
 
@@ -578,3 +587,54 @@ async def test_legacy_set_level_filters_modern_py2_logs(tmp_path: Path) -> None:
             "result"
         ] == {}
         assert await levels_logged() == ["error"]
+
+
+# -- 5. shutdown with a modern listen to a modern server ------------------------------
+
+
+async def test_shutdown_ends_a_modern_listen_on_py2_with_its_closing_result(
+    tmp_path: Path,
+) -> None:
+    """Issue defect: "A same-era modern `subscriptions/listen` open at shutdown
+    ends with -32603 'The gateway is shutting down'; end it with the completion
+    result the subscriptions pattern describes" (2026-07-28 subscriptions
+    "Graceful Closure"). The client closes the gateway's stdin while its listen
+    to the modern-only mcp 2.3.0 server is open."""
+    async with stdio_gateway(tmp_path, py2_modern()) as gw:
+        await open_listen(gw, toolsListChanged=True)
+        assert gw.process.stdin is not None
+        await gw.process.stdin.aclose()
+        final = await gw.until(lambda m: m.get("id") == LISTEN_ID and "method" not in m, 0)
+    assert final.get("result") == {
+        "resultType": "complete",
+        "_meta": {SUB: LISTEN_ID},
+    }, final
+
+
+async def test_sigterm_ends_a_modern_listen_over_http_with_its_closing_result(
+    tmp_path: Path,
+) -> None:
+    """The same defect over the HTTP front (where it was a 500): SIGTERM while a
+    modern client's listen to the modern-only mcp 2.3.0 server is open ends the
+    listen's stream with the closing result."""
+    async with http_gateway_process(tmp_path, py2_modern()) as (c, process):
+        listen = {
+            "jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen",
+            "params": listen_params(toolsListChanged=True),
+        }  # fmt: skip
+        async with c.stream(
+            "POST", "/mcp", json=listen, headers=modern_headers("subscriptions/listen"),
+            timeout=httpx.Timeout(10, read=10),
+        ) as stream:  # fmt: skip
+            assert stream.status_code == 200
+            events = sse_events(stream.aiter_lines())
+            with anyio.fail_after(10):
+                ack = await anext(events)
+                assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+                process.terminate()
+                final = await anext(events)
+    assert final == {
+        "jsonrpc": "2.0",
+        "id": LISTEN_ID,
+        "result": {"resultType": "complete", "_meta": {SUB: LISTEN_ID}},
+    }

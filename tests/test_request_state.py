@@ -7,10 +7,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.request_state import Claims, Sealer, StateRejected, params_digest
+from gateway.core.request_state import (
+    Claims,
+    ConsumedStates,
+    Sealer,
+    StateRejected,
+    params_digest,
+)
 
 KEY = b"k" * 32
 CLAIMS = Claims(
@@ -68,19 +74,43 @@ def test_garbage_is_rejected(token: object) -> None:
         open_(token)
 
 
-@given(st.integers(min_value=0), st.integers(min_value=0, max_value=255))
-def test_any_single_byte_change_is_rejected(pos: int, value: int) -> None:
+def test_a_trailing_pad_is_rejected() -> None:
+    """Issue defect: "A `requestState` with a trailing `=` is accepted
+    (non-canonical encoding)". Only the encoding the gateway produced opens."""
     token = Sealer(KEY, "gw-a").seal(CLAIMS)
-    i = pos % len(token)
-    forged = token[:i] + chr(value) + token[i + 1 :]
-    if forged == token:
-        return
-    try:
-        claims = open_(forged)
-    except StateRejected:
-        return
-    # base64 padding bits can absorb a change; then the claims must be identical.
-    assert claims == CLAIMS
+    body_end = token.rindex(".")
+    for forged in (token + "=", token + "==", token[:body_end] + "=" + token[body_end:]):
+        with pytest.raises(StateRejected, match="malformed"):
+            open_(forged)
+
+
+MUTATIONS = st.sampled_from(("replace", "insert", "delete"))
+TOKEN = Sealer(KEY, "gw-a").seal(CLAIMS)
+
+
+@settings(max_examples=500)
+@example("insert", len(TOKEN), "=")  # the padding the issue found
+@example("insert", TOKEN.rindex("."), "=")
+@example("insert", 5, "\n")  # a character the decoder would skip
+@given(MUTATIONS, st.integers(min_value=0), st.characters(codec="utf-8"))
+def test_any_mutation_of_a_valid_token_is_rejected(kind: str, pos: int, char: str) -> None:
+    """2026-07-28 MRTR "Server Requirements" 5: the server MUST validate
+    requestState. Any change to an issued token (a character replaced,
+    inserted or removed anywhere, padding or base64 slack included) is
+    refused; nothing decodes to the same claims from another string."""
+    token = Sealer(KEY, "gw-a").seal(CLAIMS)
+    i = pos % (len(token) + 1)
+    if kind == "replace":
+        i = min(i, len(token) - 1)
+        forged = token[:i] + char + token[i + 1 :]
+    elif kind == "insert":
+        forged = token[:i] + char + token[i:]
+    else:
+        i = min(i, len(token) - 1)
+        forged = token[:i] + token[i + 1 :]
+    assume(forged != token)
+    with pytest.raises(StateRejected):
+        open_(forged)
 
 
 def test_digest_ignores_mrtr_plumbing_and_meta_but_not_arguments() -> None:
@@ -100,3 +130,42 @@ def test_digest_ignores_mrtr_plumbing_and_meta_but_not_arguments() -> None:
 def test_short_keys_are_refused() -> None:
     with pytest.raises(ValueError):
         Sealer(b"short", "gw")
+
+
+REPLAY = replace(CLAIMS, handle=None, nonce="n-1")
+
+
+def test_a_rerun_state_is_consumed_once_until_it_expires() -> None:
+    """Issue defect: "In replay mode one state can be presented any number of
+    times". Single-use within the state's lifetime; the memory of it goes
+    with its expiry (an expired state is refused by `open` anyway)."""
+    consumed = ConsumedStates(limit=4)
+    consumed.consume(REPLAY, now_ms=5_000)
+    with pytest.raises(StateRejected, match="already used"):
+        consumed.consume(REPLAY, now_ms=5_001)
+    consumed.consume(replace(REPLAY, nonce="n-2", expires_ms=20_000), now_ms=5_002)
+    assert len(consumed) == 2
+    consumed.consume(replace(REPLAY, nonce="n-3", expires_ms=20_000), now_ms=10_000)
+    assert len(consumed) == 2  # n-1 expired at 10_000 and is forgotten
+
+
+def test_consumed_states_are_bounded_and_refuse_rather_than_forget() -> None:
+    consumed = ConsumedStates(limit=2)
+    consumed.consume(replace(REPLAY, nonce="a"), now_ms=0)
+    consumed.consume(replace(REPLAY, nonce="b"), now_ms=0)
+    with pytest.raises(ConsumedStates.Full):
+        consumed.consume(replace(REPLAY, nonce="c"), now_ms=0)
+    with pytest.raises(StateRejected, match="already used"):
+        consumed.consume(replace(REPLAY, nonce="a"), now_ms=0)
+    consumed.consume(replace(REPLAY, nonce="c"), now_ms=10_000)  # room again once a, b expired
+
+
+@pytest.mark.parametrize("nonce", [None, "", 7])
+def test_a_rerun_state_without_a_nonce_is_refused(nonce: object) -> None:
+    with pytest.raises(StateRejected, match="malformed"):
+        ConsumedStates(limit=2).consume(replace(REPLAY, nonce=nonce), now_ms=0)  # type: ignore[arg-type]
+
+
+def test_the_nonce_survives_sealing() -> None:
+    token = Sealer(KEY, "gw-a").seal(REPLAY)
+    assert open_(token) == REPLAY

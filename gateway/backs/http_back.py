@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import anyio
 import orjson
@@ -119,6 +120,10 @@ class HttpServerConnection:
         self._unattached: set[wire.RequestId] = set()
         # A server that sends junk in a loop gets one log line a minute.
         self._junk_log = LogLimiter(log)
+        # Which request's response stream each queued notification came on,
+        # by message identity; handed over per batch (`stream_of`).
+        self._origins: dict[int, wire.RequestId] = {}
+        self._batch_origins: dict[int, wire.RequestId] = {}
 
     # -- the ServerConnection face ---------------------------------------------
     def send_nowait(self, msg: wire.Message) -> None:
@@ -160,6 +165,9 @@ class HttpServerConnection:
             self._wake = anyio.Event()
         batch = list(self._ready)
         self._ready.clear()
+        self._batch_origins = {
+            key: self._origins.pop(key) for key in map(id, batch) if key in self._origins
+        }
         if self.tap is not None:
             for msg in batch:
                 self.tap("from-server", msg)
@@ -227,6 +235,17 @@ class HttpServerConnection:
         if "method" in msg and "id" in msg:
             self._unattached.add(msg["id"])
         self._push(msg)
+
+    @property
+    def streams_name_calls(self) -> bool:
+        """Streamable HTTP answers each call on a stream of its own; the old
+        HTTP+SSE transport has one stream for everything."""
+        return self.sse_endpoint is None
+
+    def stream_of(self, msg: wire.Message) -> wire.RequestId | None:
+        """The request on whose response stream a message of the batch last
+        handed out came, or None (the GET stream)."""
+        return self._batch_origins.get(id(msg))
 
     def outside_calls(self, request_id: wire.RequestId) -> bool:
         """Whether a server request came outside any call's stream (2025-11-25
@@ -316,6 +335,8 @@ class HttpServerConnection:
             if "method" not in msg and msg.get("id") == msg_id:
                 self._inflight.pop(msg_id, None)
                 self._observe_reply(request, msg)
+            elif "method" in msg and "id" not in msg:
+                self._origins[id(msg)] = msg_id
             self._push(msg)
 
         return deliver
@@ -760,6 +781,23 @@ class HttpConnector:
         )
         log.info("upstream http connection", url=self.url, id=connection.pid)
         return connection
+
+    async def reachable(self, timeout: float) -> bool:
+        """Whether the upstream accepts a TCP connection now: after an outage,
+        a server that is back is tried at once rather than after the backoff.
+        Only the connect is tried (no TLS, no request): it is cheap and says
+        what the backoff guesses at."""
+        parts = urlsplit(self.url)
+        if not parts.hostname:
+            return False
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with anyio.fail_after(timeout):
+                stream = await anyio.connect_tcp(parts.hostname, port)
+        except (OSError, TimeoutError):
+            return False  # refused, unreachable or silent: wait out the backoff
+        await stream.aclose()
+        return True
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -42,10 +42,31 @@ def _die_with_parent() -> None:
         pass
 
 
+# The end of the server's stderr is kept, so that when it dies its own reason
+# ("No module named ...", "API_KEY missing") reaches the client and the log:
+# this many lines, each cut to this many bytes.
+STDERR_TAIL_LINES = 10
+STDERR_LINE_BYTES = 400
+# How many of those lines an error message quotes, and how long it waits for
+# the pipe to be read to its end after the exit (a child that inherited it may
+# hold it open).
+STDERR_QUOTED_LINES = 3
+STDERR_SETTLE_SECONDS = 0.5
+
+
+def stderr_summary(tail: Sequence[str]) -> str:
+    """The last lines of a server's stderr, for an error message ("" if none)."""
+    quoted = [line for line in tail if line.strip()][-STDERR_QUOTED_LINES:]
+    return " | ".join(quoted)
+
+
 class ServerExited(Exception):
-    def __init__(self, returncode: int | None) -> None:
-        super().__init__(f"upstream server exited (code {returncode})")
+    def __init__(self, returncode: int | None, stderr: Sequence[str] = ()) -> None:
+        text = f"upstream server exited (code {returncode})"
+        summary = stderr_summary(stderr)
+        super().__init__(f"{text}; its stderr ends: {summary}" if summary else text)
         self.returncode = returncode
+        self.stderr = list(stderr)
 
 
 class ServerOutput:
@@ -120,6 +141,8 @@ class StdioServerProcess:
         self._exit_lock = anyio.Lock(fast_acquire=True)
         self._output = ServerOutput(max_bytes, self._reply_quietly, label=f"pid {self.pid}")
         self._ready: deque[wire.Message] = deque()
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_done = anyio.Event()
         self._eof = False
         self._closed = False
         # Optional observer of every message in and out (the demo's wire view).
@@ -204,7 +227,8 @@ class StdioServerProcess:
     async def _fill(self) -> None:
         while not self._ready:  # each pass reads the pipe once
             if self._eof:
-                raise ServerExited(await self._wait_exit(5))
+                code = await self._wait_exit(5)
+                raise ServerExited(code, await self.last_words())
             chunk = await self._stdout.read()
             if not chunk:
                 self._eof = True
@@ -227,12 +251,29 @@ class StdioServerProcess:
             tg.cancel_scope.cancel()
 
     async def _pump_stderr(self) -> None:
-        """Forward the server's stderr to our log, line by line, until it closes."""
+        """Forward the server's stderr to our log, line by line, until it
+        closes, keeping its last lines."""
         splitter = wire.LineSplitter(64 * 1024)
-        while chunk := await self._stderr.read():
-            for line in splitter.feed(chunk):
-                if isinstance(line, bytes):
-                    log.info("upstream stderr", pid=self.pid, line=line.decode("utf-8", "replace"))
+        try:
+            while chunk := await self._stderr.read():
+                self._log_stderr(splitter.feed(chunk))
+            self._log_stderr(splitter.close())
+        finally:
+            self._stderr_done.set()
+
+    def _log_stderr(self, lines: list[bytes | wire.Oversized]) -> None:
+        for line in lines:
+            if isinstance(line, bytes):
+                text = line.decode("utf-8", "replace")
+                self._stderr_tail.append(text[:STDERR_LINE_BYTES])
+                log.info("upstream stderr", pid=self.pid, line=text)
+
+    async def last_words(self, timeout: float = STDERR_SETTLE_SECONDS) -> list[str]:
+        """The last lines the server wrote to stderr, once the pipe has been
+        read to its end (or `timeout` has passed)."""
+        with anyio.move_on_after(timeout):
+            await self._stderr_done.wait()
+        return list(self._stderr_tail)
 
     # -- stopping --------------------------------------------------------
     async def _wait_exit(self, timeout: float) -> int | None:

@@ -216,8 +216,11 @@ class HeldCall:
                 return self.asks.pop(key)
         return None
 
-    def input_required(self, sealer: Sealer, *, now_ms: int, ttl_ms: int) -> dict[str, Any]:
-        """The interim result asking the client for every pending input."""
+    def input_required(
+        self, sealer: Sealer, *, now_ms: int, ttl_ms: int, nonce: str | None = None
+    ) -> dict[str, Any]:
+        """The interim result asking the client for every pending input;
+        `nonce` names the state (required for replay: see ConsumedStates)."""
         if self.round >= self.max_rounds:
             raise TooManyRounds(self.max_rounds)
         self.round += 1
@@ -231,6 +234,7 @@ class HeldCall:
                 expires_ms=now_ms + ttl_ms,
                 handle=self.handle,
                 answers=self.replay_answers or {},
+                nonce=nonce,
             )
         )
         return {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,9 @@ class Claims:
     answers: dict[str, Any] = field(default_factory=dict)
     # The server asked for a URL elicitation by error (-32042): re-send on retry.
     resend: bool = False
+    # Names this one state, so that a state whose retry re-runs the call
+    # (replay, resend) is honoured once (`ConsumedStates`).
+    nonce: str | None = None
 
 
 def params_digest(params: dict[str, Any] | None) -> str:
@@ -54,7 +58,16 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict base64url without padding: only the encoding `_b64` produces.
+
+    The decoder alone also takes padding, skips characters outside the
+    alphabet and ignores unused trailing bits, so many strings would open as
+    the same state; re-encoding and comparing leaves exactly one.
+    """
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not the canonical encoding")
+    return data
 
 
 class Sealer:
@@ -79,6 +92,7 @@ class Sealer:
                 "h": claims.handle,
                 "a": claims.answers,
                 "s": claims.resend,
+                "n": claims.nonce,
             }
         )
         return f"{FORMAT}.{_b64(body)}.{_b64(self._mac(body))}"
@@ -110,6 +124,7 @@ class Sealer:
                 handle=raw["h"],
                 answers=raw["a"],
                 resend=raw["s"],
+                nonce=raw.get("n"),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise StateRejected("requestState is malformed") from None
@@ -127,3 +142,49 @@ class Sealer:
         if claims.digest != digest:
             raise StateRejected("requestState was issued for a request with other params")
         return claims
+
+
+class ConsumedStates:
+    """The states this gateway has honoured whose retry re-runs the call, each
+    kept until it expires, so that it is honoured once (a replayed state would
+    run the tool again). Per process: see README "Multi round-trip requests"
+    for what that means across replicas.
+
+    Bounded: at `limit` unexpired entries a new one is refused (`Full`) rather
+    than an old one forgotten, which would let that state run twice.
+    """
+
+    class Full(Exception):
+        pass
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._expiry: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+    def consume(self, claims: Claims, now_ms: int) -> None:
+        """Mark the state used; StateRejected if it already was, Full if no
+        room is left."""
+        nonce = claims.nonce
+        if not isinstance(nonce, str) or not nonce:
+            raise StateRejected("requestState is malformed")
+        self._forget_expired(now_ms)
+        if nonce in self._expiry:
+            raise StateRejected(
+                "requestState was already used; each state is honoured once, "
+                "send the one from the latest answer"
+            )
+        if len(self._expiry) >= self.limit:
+            raise ConsumedStates.Full(f"more than {self.limit} re-run states in use")
+        self._expiry[nonce] = claims.expires_ms
+
+    def _forget_expired(self, now_ms: int) -> None:
+        # Every state lives state_ttl, so entries expire about in the order
+        # they were added: the oldest go from the front until one is alive.
+        while self._expiry:
+            nonce, expires_ms = next(iter(self._expiry.items()))
+            if expires_ms > now_ms:
+                return
+            del self._expiry[nonce]

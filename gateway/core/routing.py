@@ -94,7 +94,7 @@ def route_request(
         )
     if method == "logging/setLevel":
         level = (params or {}).get("level")
-        if level not in era.LOG_RANK:
+        if not (isinstance(level, str) and level in era.LOG_RANK):
             return Reply(
                 wire.error_response(
                     msg_id,
@@ -253,11 +253,22 @@ def shape_reply(
         problem = upstream_checks.result_type_problem(result)
         if problem is not None:
             return upstream_checks.malformed_reply(client_id, problem)
+    if forward.method == "subscriptions/listen":
+        result = _listen_closed_under(result, client_id)
     if forward.shape is Shape.TO_MODERN:
         result = translate.result_to_modern(forward.method, result, profile.server_info, cache)
     elif forward.shape is Shape.TO_LEGACY:
         result = translate.result_to_legacy(result)
     return {"jsonrpc": "2.0", "id": client_id, "result": result}
+
+
+def _listen_closed_under(result: Any, client_id: wire.RequestId) -> Any:
+    """A listen's closing result names its subscription by the request id
+    (2026-07-28 subscriptions "Graceful Closure"): the client's, not ours."""
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    if not isinstance(meta, dict) or era.SUBSCRIPTION_ID not in meta:
+        return result
+    return {**result, "_meta": {**meta, era.SUBSCRIPTION_ID: client_id}}
 
 
 def route_notification(

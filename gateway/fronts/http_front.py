@@ -13,10 +13,10 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import orjson
@@ -24,8 +24,8 @@ import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from gateway import era, wire
-from gateway.core import http_binding
+from gateway import era, inbound, wire
+from gateway.core import authority, http_binding
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.client_link import ClientLink
@@ -40,6 +40,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 KEEPALIVE = 15.0
 ENDPOINT = "/mcp"
+REALM = "mcp-era-gateway"
+# Host/Origin verdicts remembered: how many, and the longest pair remembered.
+_VERDICTS_MAX = 256
+_VERDICT_KEY_MAX = 512
 
 
 @dataclass(eq=False)
@@ -57,10 +61,23 @@ class HttpError(Exception):
         message: str,
         code: int = wire.INVALID_REQUEST,
         msg_id: wire.RequestId | None = None,
+        *,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        close: bool = False,
+        **data: Any,
     ) -> None:
+        """`data`: the gateway error's `data` fields (e.g. `reason`); without
+        them the body is a plain JSON-RPC error."""
         super().__init__(message)
         self.status = status
-        self.body = wire.error_response(msg_id, code, message)
+        self.headers = headers or []
+        if data:
+            self.body = wire.gateway_error(msg_id, code, message, **data)
+        else:
+            self.body = wire.error_response(msg_id, code, message)
+        # The request's body was not read: close rather than read the rest.
+        if close:
+            self.headers.append((b"connection", b"close"))
 
 
 class HttpFront:
@@ -72,6 +89,18 @@ class HttpFront:
         self._busy: dict[str, int] = {}
         self._tools: dict[str, dict[str, str]] = {}
         self.tg: TaskGroup | None = None
+        # Config.check has parsed them, so they are well-formed here.
+        self._allowed_hosts = frozenset(
+            authority.parse_host_name(host) for host in self.config.http_allowed_hosts
+        )
+        self._allowed_origins = frozenset(
+            authority.parse_origin(origin).serialize()
+            for origin in self.config.http_allowed_origins
+        )
+        self._host_verdicts: dict[tuple[str | None, str | None], authority.Refusal | None] = {}
+        # The wait of each call in progress: cut at the end of the shutdown grace.
+        self._waits: set[anyio.CancelScope] = set()
+        self._cut_off = False
 
     # -- ASGI ----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,11 +108,17 @@ class HttpFront:
             return
         path, method = scope["path"], scope["method"]
         try:
+            headers = _headers(scope)
             if path == "/healthz":
+                # Probes (a kubelet's among them) come with any Host and no token.
                 await _respond(send, 200, {"status": "alive"})
-            elif path == "/readyz":
-                await self._readyz(send)
-            elif path == "/metrics":
+                return
+            if path == "/readyz":
+                await self._readyz(send, details=self._may_read_details(scope, headers))
+                return
+            self._check_host(scope, headers)
+            if path == "/metrics":
+                self._check_admin(headers)
                 await _respond_text(
                     send, 200, self.metrics.render(self), "text/plain; version=0.0.4"
                 )
@@ -92,8 +127,6 @@ class HttpFront:
                     send, 404, wire.error_response(None, wire.METHOD_NOT_FOUND, "Not found")
                 )
             else:
-                headers = _headers(scope)
-                self._check_origin(headers)
                 principal = self._principal(headers)
                 if method == "POST":
                     await self._post(headers, principal, receive, send)
@@ -105,49 +138,84 @@ class HttpFront:
                     raise HttpError(405, "Method not allowed")
         except HttpError as exc:
             self.metrics.count_http_error(exc.status)
-            await _respond(send, exc.status, exc.body)
+            await _respond(send, exc.status, exc.body, exc.headers)
 
-    async def _readyz(self, send: Send) -> None:
+    async def _readyz(self, send: Send, *, details: bool) -> None:
+        """The status for anyone; the era, the server's identity and the
+        failure only for those who may read /metrics (README "As an HTTP
+        sidecar")."""
         pool = self.service.pool
+        body: dict[str, Any]
         if pool.settled and pool.profile is not None:
-            await _respond(
-                send,
-                200,
-                {
-                    "status": "ready",
-                    "era": pool.profile.era.value,
-                    "server": pool.profile.server_info,
-                },
-            )
+            status = 200
+            body = {
+                "status": "ready",
+                "era": pool.profile.era.value,
+                "server": pool.profile.server_info,
+            }
         elif pool.awaiting_credentials:
             # Reachable, and it wants the clients' own credentials: the era is
             # learnt with the first one, so traffic must be let in.
-            await _respond(
-                send,
-                200,
-                {
-                    "status": "ready",
-                    "era": None,
-                    "reason": "the upstream requires authorization; its era is probed "
-                    "with the first client's forwarded credential",
-                },
-            )
+            status = 200
+            body = {
+                "status": "ready",
+                "era": None,
+                "reason": "the upstream requires authorization; its era is probed "
+                "with the first client's forwarded credential",
+            }
         else:
-            reason = pool.failure or "upstream era not settled yet"
-            await _respond(send, 503, {"status": "not ready", "reason": reason})
+            status = 503
+            body = {
+                "status": "not ready",
+                "reason": pool.failure or "upstream era not settled yet",
+            }
+        await _respond(send, status, body if details else {"status": body["status"]})
 
     # -- security (2026-07-28 streamable-http "Security Warning") ---------------
-    def _check_origin(self, headers: dict[str, str]) -> None:
-        host = headers.get("host", "")
-        if _hostname(host) not in self.config.http_allowed_hosts:
-            raise HttpError(403, f"Forbidden: host {host!r} is not allowed")
-        origin = headers.get("origin")
-        if origin is None:
-            return
-        if origin in self.config.http_allowed_origins:
-            return
-        if _hostname(urlsplit(origin).netloc) not in self.config.http_allowed_hosts:
-            raise HttpError(403, f"Forbidden: origin {origin!r} is not allowed")
+    def _check_host(self, scope: Scope, headers: dict[str, str]) -> None:
+        """Host and Origin, parsed strictly: 400 when malformed, 403 when not allowed."""
+        if len(headers) < len(scope["headers"]):
+            # Some field came twice (`headers` kept the last): judge them all.
+            refusal = self._judge_host(_all_values(scope, b"host"), _all_values(scope, b"origin"))
+        else:
+            refusal = self._judge_host_once(headers.get("host"), headers.get("origin"))
+        if refusal is not None:
+            raise HttpError(refusal.status, refusal.message, reason=refusal.reason)
+
+    def _judge_host_once(self, host: str | None, origin: str | None) -> authority.Refusal | None:
+        """The verdict on one Host and Origin pair, remembered for the few
+        pairs real clients send (bounded: short pairs, a few hundred)."""
+        key = (host, origin)
+        try:
+            return self._host_verdicts[key]
+        except KeyError:
+            pass
+        verdict = self._judge_host(
+            [] if host is None else [host], [] if origin is None else [origin]
+        )
+        if len(host or "") + len(origin or "") <= _VERDICT_KEY_MAX:
+            if len(self._host_verdicts) >= _VERDICTS_MAX:
+                self._host_verdicts.clear()
+            self._host_verdicts[key] = verdict
+        return verdict
+
+    def _judge_host(self, hosts: list[str], origins: list[str]) -> authority.Refusal | None:
+        return authority.check(hosts, origins, self._allowed_hosts, self._allowed_origins)
+
+    def _check_admin(self, headers: dict[str, str]) -> None:
+        """/metrics and /readyz details: with tokens configured, a bearer token
+        of `[http] admin_tokens`, or of `[http] tokens` when there are none."""
+        tokens = self.config.http_admin_tokens or self.config.http_tokens
+        if tokens:
+            _bearer(headers, tokens)
+
+    def _may_read_details(self, scope: Scope, headers: dict[str, str]) -> bool:
+        try:
+            self._check_host(scope, headers)
+            self._check_admin(headers)
+        except HttpError:
+            return False
+        return True
 
     def _principal(self, headers: dict[str, str]) -> str:
         principal = self._token_principal(headers)
@@ -167,13 +235,7 @@ class HttpFront:
         tokens = self.config.http_tokens
         if not tokens:
             return None
-        auth = headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() == "bearer":
-            for name, expected in tokens.items():
-                if hmac.compare_digest(token.strip().encode(), expected.encode()):
-                    return name
-        raise HttpError(401, "Unauthorized: a valid bearer token is required")
+        return _bearer(headers, tokens)
 
     # -- POST --------------------------------------------------------------------
     async def _post(
@@ -186,16 +248,33 @@ class HttpFront:
         ctype = headers.get("content-type", "")
         if not ctype.split(";")[0].strip().lower() == "application/json":
             raise HttpError(415, "Unsupported Media Type: the body must be application/json")
-        body = await _read_body(receive, self.config.max_message_bytes)
+        limit = self.config.max_message_bytes
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
+        body = await _read_body(receive, limit)
         try:
             msg = wire.decode(body)
         except wire.InvalidMessage as exc:
-            raise HttpError(
-                400,
-                exc.reason,
-                wire.PARSE_ERROR if exc.reason == "not JSON" else wire.INVALID_REQUEST,
-            ) from None
+            if exc.reply is not None:
+                self.metrics.count_http_error(400)
+                await _respond(send, 400, exc.reply)
+                return
+            raise HttpError(400, exc.reason) from None
         kind = wire.kind_of(msg)
+        if kind is wire.Kind.REQUEST or kind is wire.Kind.NOTIFICATION:
+            # Before anything here reads a field (the progress token, the
+            # name for Mcp-Name): a wrong shape is -32602, HTTP 400.
+            wrong = inbound.problem(msg)
+            if wrong is not None:
+                msg_id = msg.get("id") if kind is wire.Kind.REQUEST else None
+                raise HttpError(
+                    400,
+                    f"Invalid params: {wrong[0]} {wrong[1]}",
+                    wire.INVALID_PARAMS,
+                    msg_id,
+                    field=wrong[0],
+                )
         session_id = headers.get("mcp-session-id")
         header_version = headers.get("mcp-protocol-version", "").strip()
         modern = session_id is None and (
@@ -228,7 +307,7 @@ class HttpFront:
             session = self._session(session_id, principal, None)
             if kind is wire.Kind.NOTIFICATION:
                 assert self.tg is not None
-                await self.service.handle_client_message(session.link, msg, self.tg)
+                await self.service.handle_client_message(session.link, msg, self.tg, checked=True)
             else:
                 self.service.handle_client_reply(session.link, msg)
         elif not modern:
@@ -333,32 +412,88 @@ class HttpFront:
         """Run one request and answer it: JSON when the reply is all there is,
         an SSE stream when something comes first. Closing the stream cancels."""
         msg_id = msg["id"]
-        busy = self._busy.get(link.principal, 0)
+        with self._in_progress(link.principal, msg_id):
+            await self._run_streamed(link, output, msg, receive, send, modern, extra_headers)
+
+    @contextmanager
+    def _in_progress(self, principal: str, msg_id: wire.RequestId) -> Iterator[None]:
+        """Count a request against its principal's `http_max_concurrent`
+        (429 beyond it), and release the count on every way out."""
+        busy = self._busy.get(principal, 0)
         if busy >= self.config.http_max_concurrent:
             raise HttpError(429, "Too many requests in progress", wire.INTERNAL_ERROR, msg_id)
-        self._busy[link.principal] = busy + 1
-        started = time.perf_counter()
-        stream = output.open(msg)
-        assert self.tg is not None
+        self._busy[principal] = busy + 1
         try:
-            await self.service.handle_client_message(link, msg, self.tg)
+            yield
+        finally:
+            left = self._busy[principal] - 1
+            if left:
+                self._busy[principal] = left
+            else:
+                del self._busy[principal]
+
+    async def _run_streamed(
+        self,
+        link: ClientLink,
+        output: HttpOutput,
+        msg: wire.Message,
+        receive: Receive,
+        send: Send,
+        modern: bool,
+        extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+    ) -> None:
+        msg_id = msg["id"]
+        started = time.perf_counter()
+        assert self.tg is not None
+        answer = _Answer()
+        try:
+            stream = output.open(msg)
+            await self.service.handle_client_message(link, msg, self.tg, checked=True)
             # None when the client went away first (the watcher cancelled) or
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
-                reply = await self._answer(stream, send, msg_id, modern, extra_headers)
-                tg.cancel_scope.cancel()
-            if reply is None:
+                # The end of the shutdown grace cancels the wait too (not a
+                # scope of its own: it would cost every request).
+                self._waits.add(tg.cancel_scope)
+                try:
+                    if self._cut_off:
+                        tg.cancel_scope.cancel()
+                    tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                    reply = await self._answer(stream, send, msg_id, modern, extra_headers, answer)
+                    tg.cancel_scope.cancel()
+                finally:
+                    self._waits.discard(tg.cancel_scope)
+            if self._cut_off and answer.state in ("none", "sse"):
+                # The shutdown grace is over: the client gets a gateway error
+                # (as its last SSE event if a stream is open), the upstream a
+                # cancellation.
+                reply = wire.gateway_error(
+                    msg_id, wire.INTERNAL_ERROR, "The gateway is shutting down", reason="shutdown"
+                )
+                await answer.finish(send, reply)
                 self.service.cancel_request(link, msg_id)
-            else:
+            elif reply is None:
+                self.service.cancel_request(link, msg_id)
+            if reply is not None:
                 self._observe(reply)
                 self.metrics.observe_request(
                     msg["method"], link, reply, time.perf_counter() - started
                 )
         finally:
             output.close(msg_id)
-            self._busy[link.principal] -= 1
+
+    def cut_off_calls(self) -> None:
+        """The shutdown grace is over: every call still waiting is answered
+        with an error now, before the server gives up on its connections."""
+        self._cut_off = True
+        for wait in list(self._waits):
+            wait.cancel()
+
+    def end_streams(self) -> None:
+        """Shutdown begins: GET streams end now (they never would by themselves)."""
+        for session in self.sessions.values():
+            session.output.close_get()
 
     async def _answer(
         self,
@@ -367,13 +502,16 @@ class HttpFront:
         msg_id: wire.RequestId,
         modern: bool,
         extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+        answer: _Answer,
     ) -> wire.Message | None:
         try:
             first = await stream.receive()
         except anyio.EndOfStream:  # the session ended before anything came
+            answer.state = "json"
             await _respond(
                 send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
             )
+            answer.state = "done"
             return None
         if _is_reply_to(first, msg_id):
             extra = extra_headers(first) if extra_headers else []
@@ -385,7 +523,9 @@ class HttpFront:
                 status, challenge = refusal
                 if challenge is not None:
                     extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
+            answer.state = "json"
             await _respond(send, status, first, extra)
+            answer.state = "done"
             return first
         extra = extra_headers(first) if extra_headers else []
         await send(
@@ -399,16 +539,19 @@ class HttpFront:
                 ],
             }
         )
+        answer.state = "sse"
         msg = first
         while True:  # ends with the reply (or when the client goes)
             await send({"type": "http.response.body", "body": _sse(msg), "more_body": True})
             if _is_reply_to(msg, msg_id):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answer.state = "done"
                 return msg
             try:
                 msg = await _next_or_keepalive(stream, send)
             except anyio.EndOfStream:  # the session ended under the request
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answer.state = "done"
                 return None
 
     def _observe(self, reply: wire.Message) -> None:
@@ -495,6 +638,22 @@ class HttpFront:
                     self.end_session(session, "idle")
 
 
+class _Answer:
+    """How far the answer to one request got: "none" sent yet, a "json"
+    response being written, an "sse" stream open, or "done"."""
+
+    state = "none"
+
+    async def finish(self, send: Send, reply: wire.Message) -> None:
+        """End the answer with `reply`: a JSON response, or the open SSE
+        stream's last event."""
+        if self.state == "sse":
+            await send({"type": "http.response.body", "body": _sse(reply), "more_body": False})
+        else:
+            await _respond(send, http_binding.status_for(reply), reply)
+        self.state = "done"
+
+
 def _is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
     return "method" not in msg and msg.get("id") == msg_id
 
@@ -518,10 +677,27 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
-def _hostname(netloc: str) -> str:
-    if netloc.startswith("["):
-        return netloc[1:].split("]", maxsplit=1)[0]
-    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+def _all_values(scope: Scope, name: bytes) -> list[str]:
+    return [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == name]
+
+
+def _bearer(headers: dict[str, str], tokens: dict[str, str]) -> str:
+    """The name of the bearer token the request carries, or a 401 with the
+    RFC 6750 §3 challenge (`invalid_token` when a token was given)."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    challenge = f'Bearer realm="{REALM}"'
+    if scheme.lower() == "bearer":
+        given = token.strip().encode()
+        for name, expected in tokens.items():
+            if hmac.compare_digest(given, expected.encode()):
+                return name
+        challenge += ', error="invalid_token", error_description="The token is not valid"'
+    raise HttpError(
+        401,
+        "Unauthorized: a valid bearer token is required",
+        reason="unauthorized",
+        headers=[(b"www-authenticate", challenge.encode())],
+    )
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -534,7 +710,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes")
+            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)

@@ -1,11 +1,15 @@
 """The gateway as an HTTP sidecar: uvicorn serves the ASGI front on
-HOST:PORT, the service and its upstream run in the same task tree. uvicorn
-handles SIGTERM/SIGINT (stop accepting, finish open requests); then the
-upstream is stopped like in stdio mode."""
+HOST:PORT through the connection-limited protocol of fronts/http_limits.py,
+the service and its upstream run in the same task tree. On SIGTERM/SIGINT
+uvicorn stops accepting; GET streams and listens end at once, calls get
+`shutdown_grace` to finish and then a gateway error; then the upstream is
+stopped like in stdio mode."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import math
 import signal
 import socket
 from collections.abc import Iterator
@@ -15,24 +19,45 @@ import structlog
 import uvicorn
 
 from gateway.config import Config
+from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
 
 log = structlog.get_logger("gateway.http")
 
+# As for any other configuration the gateway cannot run with (cli.EXIT_CONFIG).
+EXIT_CANNOT_LISTEN = 2
+
 
 class _Server(uvicorn.Server):
     """uvicorn, ending listen streams gracefully before it waits for open
     requests to finish (they never would)."""
 
-    def __init__(self, service: GatewayService, config: uvicorn.Config) -> None:
+    def __init__(
+        self, front: HttpFront, guard: http_limits.ConnectionGuard, config: uvicorn.Config
+    ) -> None:
         super().__init__(config)
-        self._service = service
+        self._front = front
+        self._guard = guard
+
+    def cut_off(self) -> None:
+        """No more grace: what still runs is answered now."""
+        self._front.cut_off_calls()
+        self._guard.cut_off_bodies()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self._service.end_subscriptions()
-        await super().shutdown(sockets)
+        self._front.service.end_subscriptions()
+        self._front.end_streams()
+        # Calls get the grace to finish, then a gateway error each; uvicorn's
+        # own deadline (a second later) would answer them 500 text/plain.
+        cut_off = asyncio.get_running_loop().call_later(
+            self._front.config.shutdown_grace, self.cut_off
+        )
+        try:
+            await super().shutdown(sockets)
+        finally:
+            cut_off.cancel()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -42,33 +67,91 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _exit_on_signal(server: uvicorn.Server) -> None:
+async def _exit_on_signal(server: _Server) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("signal received; shutting down", signal=signal.Signals(signum).name)
             if server.should_exit:
+                # A second signal: no more grace.
                 server.force_exit = True
+                server.cut_off()
             server.should_exit = True
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """The listening sockets, bound before anything starts, so that a port in
+    use or an address that is not ours is one clear error. A name binds every
+    address it resolves to (`localhost`: 127.0.0.1 and ::1), as asyncio would."""
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )
+    addresses = dict.fromkeys((family, (str(sa[0]), int(sa[1]))) for family, _, _, _, sa in infos)
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets
+            # only then, and without it every small answer waits ~40 ms for
+            # a delayed ACK.
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 async def serve_http(config: Config) -> int:
     host, _, port = config.listen.rpartition(":")
     host = host.strip("[]")
+    try:
+        sockets = _bind(host, int(port))
+    except OSError as exc:
+        log.error(
+            "cannot listen", address=config.listen, error=exc.strerror or str(exc), errno=exc.errno
+        )
+        return EXIT_CANNOT_LISTEN
+    with contextlib.ExitStack() as stack:
+        for sock in sockets:
+            stack.enter_context(sock)
+        return await _serve(config, sockets)
+
+
+async def _serve(config: Config, sockets: list[socket.socket]) -> int:
     service = GatewayService(config)
-    front = HttpFront(service, Metrics())
+    metrics = Metrics(config.passthrough_methods)
+    front = HttpFront(service, metrics)
+    refusals = http_limits.RefusalLog()
+    http_limits.quiet_accept_errors(asyncio.get_running_loop(), refusals)
+    capacity = http_limits.capacity(
+        config.http_max_connections, http_limits.raise_open_files_limit(), config.max_sessions
+    )
+    limits = http_limits.HttpLimits(
+        max_header_bytes=config.http_max_header_bytes,
+        header_timeout=config.http_header_timeout,
+        body_timeout=config.http_body_timeout,
+        idle_timeout=config.http_idle_timeout,
+        max_connections=capacity.connections,
+    )
+    guard = http_limits.ConnectionGuard(limits, refusals, metrics.count_http_error)
     server = _Server(
-        service,
+        front,
+        guard,
         uvicorn.Config(
             front,
-            host=host,
-            port=int(port),
             lifespan="off",
             access_log=False,
             log_level="warning",
-            http="httptools",
+            http=http_limits.protocol_class(guard),
+            ws="none",
+            backlog=capacity.backlog,
             loop="asyncio",
-            timeout_graceful_shutdown=int(config.shutdown_grace) or 1,
-            h11_max_incomplete_event_size=config.max_message_bytes,
+            timeout_graceful_shutdown=math.ceil(config.shutdown_grace) + 1,
         ),
     )
     async with anyio.create_task_group() as root:
@@ -77,10 +160,11 @@ async def serve_http(config: Config) -> int:
         root.start_soon(front.expire_idle_sessions)
         root.start_soon(_exit_on_signal, server)
         log.info("listening", url=f"http://{config.listen}/mcp")
-        await server.serve()
+        await server.serve(sockets=sockets)
         for session in list(front.sessions.values()):
             front.end_session(session, "gateway shutting down")
         await service.aclose()
         root.cancel_scope.cancel()
+    refusals.close()
     log.info("gateway stopped")
     return 0

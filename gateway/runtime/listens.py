@@ -34,6 +34,9 @@ class Listens:
         self.config = config
         self.table = subs.SubscriptionTable()
         self.active: dict[subs.Listener, ActiveListen] = {}
+        # Shutdown has begun: a listen that registers now (it arrived just
+        # before the client's input ended) is ended as soon as it is acknowledged.
+        self.ending = False
 
     async def listen(
         self, link: ClientLink, msg: wire.Message, session: UpstreamSession
@@ -50,6 +53,8 @@ class Listens:
         listener = subs.Listener(link, msg_id, granted)
         active = ActiveListen(listener, link, session)
         self.active[listener] = active
+        if self.ending:
+            active.ended.set()
         try:
             for uri in self.table.add(listener):
                 reply = await session.call(
@@ -74,6 +79,10 @@ class Listens:
                             {"uri": uri},
                             timeout=self.config.request_timeout,
                         )
+
+    def holds(self, session: UpstreamSession) -> bool:
+        """Whether a listen relies on `session` (its upstream subscriptions)."""
+        return any(active.session is session for active in self.active.values())
 
     async def deliver(self, session: UpstreamSession, msg: wire.Message) -> None:
         """A legacy server's change notification, to every listener that asked."""
@@ -118,7 +127,9 @@ class Listens:
         log.info("subscriptions re-established after an upstream restart", listeners=len(moved))
 
     def end_all(self) -> None:
-        """Shutdown: every listen gets its graceful closing result."""
+        """Shutdown: every listen gets its graceful closing result, and so
+        does every listen that registers from now on."""
+        self.ending = True
         for active in self.active.values():
             active.ended.set()
 

@@ -5,17 +5,30 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from gateway import wire
+from gateway import era, wire
 from gateway.runtime.client_link import ClientLink
 
 if TYPE_CHECKING:
     from gateway.fronts.http_front import HttpFront
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# The label every method name outside the known set is counted under: a
+# client chooses the method, and a label value it chooses could forge lines or
+# grow /metrics without bound.
+OTHER = "other"
+
+
+def label_value(value: str) -> str:
+    """A label value escaped per the Prometheus text exposition format:
+    backslash, double quote and line feed."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, extra_methods: frozenset[str] = frozenset()) -> None:
+        # Method names counted by name: both revisions' methods, and the
+        # vendor methods the operator lets through.
+        self.known_methods = era.SPEC_METHODS | extra_methods
         self.requests: Counter[tuple[str, str, str]] = Counter()
         self.http_errors: Counter[int] = Counter()
         self.latency_buckets: Counter[tuple[str, float]] = Counter()
@@ -39,6 +52,8 @@ class Metrics:
             outcome = "input_required"
         else:
             outcome = "ok"
+        if method not in self.known_methods:
+            method = OTHER
         self.requests[(path, method, outcome)] += 1
         self.latency_sum[path] = self.latency_sum.get(path, 0.0) + seconds
         self.latency_count[path] += 1
@@ -57,24 +72,28 @@ class Metrics:
             "# TYPE mcp_gateway_requests_total counter",
         ]
         for (path, method, outcome), n in sorted(self.requests.items()):
-            labels = f'path="{path}",method="{method}",outcome="{outcome}"'
+            labels = (
+                f'path="{label_value(path)}",method="{label_value(method)}",'
+                f'outcome="{label_value(outcome)}"'
+            )
             lines.append(f"mcp_gateway_requests_total{{{labels}}} {n}")
         lines += [
             "# HELP mcp_gateway_request_seconds Time from request to answer, by era path.",
             "# TYPE mcp_gateway_request_seconds histogram",
         ]
         for path in sorted(self.latency_count):
+            name = label_value(path)
             for bound in BUCKETS:
                 n = self.latency_buckets[(path, bound)]
                 lines.append(
-                    f'mcp_gateway_request_seconds_bucket{{path="{path}",le="{bound}"}} {n}'
+                    f'mcp_gateway_request_seconds_bucket{{path="{name}",le="{bound}"}} {n}'
                 )
             count = self.latency_count[path]
-            lines.append(f'mcp_gateway_request_seconds_bucket{{path="{path}",le="+Inf"}} {count}')
+            lines.append(f'mcp_gateway_request_seconds_bucket{{path="{name}",le="+Inf"}} {count}')
             lines.append(
-                f'mcp_gateway_request_seconds_sum{{path="{path}"}} {self.latency_sum[path]:.6f}'
+                f'mcp_gateway_request_seconds_sum{{path="{name}"}} {self.latency_sum[path]:.6f}'
             )
-            lines.append(f'mcp_gateway_request_seconds_count{{path="{path}"}} {count}')
+            lines.append(f'mcp_gateway_request_seconds_count{{path="{name}"}} {count}')
         lines += [
             "# HELP mcp_gateway_http_errors_total Requests refused at the HTTP layer, by status.",
             "# TYPE mcp_gateway_http_errors_total counter",

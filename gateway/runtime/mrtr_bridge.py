@@ -29,10 +29,11 @@ from anyio.abc import TaskGroup
 from gateway import era, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
-from gateway.core.request_state import Sealer, StateRejected, params_digest
+from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import (
+    WIND_DOWN,
     UpstreamGone,
     UpstreamSession,
     UpstreamTimeout,
@@ -45,6 +46,9 @@ STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
 FEATURES = frozenset(era.CLIENT_FEATURE_METHODS.values())
 # Server requests one bridged call may have waiting for its client at once.
 MAX_ASKS_PER_ROUND = 64
+# Honoured re-run states (replay, -32042 re-send) remembered until they expire,
+# so that each runs the call once: about 100 bytes each.
+REPLAY_STATES_REMEMBERED = 100_000
 
 ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float], Awaitable[wire.Message]]
 ShapeFn = Callable[[Forward, wire.Message, wire.RequestId, UpstreamSession], wire.Message]
@@ -100,6 +104,7 @@ class MrtrBridge:
         # Parked calls whose upstream failed: their slot is free, and their
         # retry gets this failure (oldest dropped first).
         self._failed: OrderedDict[str, wire.Message] = OrderedDict()
+        self.consumed = ConsumedStates(REPLAY_STATES_REMEMBERED)
         self.rounds = 0
 
     def start(self, tg: TaskGroup) -> None:
@@ -221,7 +226,12 @@ class MrtrBridge:
             entry.session.lease.release_exclusive(entry)
             entry.finished.set()
             entry.poke()
-            await self._refuse_asks(entry, "the call it belonged to has ended")
+            if entry.runner.cancel_called:
+                # The server was told to cancel the call: a reply to one of its
+                # requests now could meet the request being torn down (see _close).
+                entry.call.asks.clear()
+            else:
+                await self._refuse_asks(entry, "the call it belonged to has ended")
 
     async def _wait(self, msg_id: wire.RequestId, entry: HeldEntry) -> wire.Message:
         """Wait for the call's result or its next input requests."""
@@ -245,7 +255,10 @@ class MrtrBridge:
             return self._final(msg_id, entry)
         try:
             result = entry.call.input_required(
-                self.sealer, now_ms=_now_ms(), ttl_ms=int(self.config.state_ttl * 1000)
+                self.sealer,
+                now_ms=_now_ms(),
+                ttl_ms=int(self.config.state_ttl * 1000),
+                nonce=secrets.token_urlsafe(12),
             )
         except core.TooManyRounds as exc:
             await self._close(entry, str(exc))
@@ -323,6 +336,7 @@ class MrtrBridge:
                 round=1,
                 expires_ms=_now_ms() + int(self.config.state_ttl * 1000),
                 resend=True,
+                nonce=secrets.token_urlsafe(12),
             )
         )
         inputs = {
@@ -341,16 +355,18 @@ class MrtrBridge:
     # -- server requests during a bridged call ------------------------------------
     async def on_server_request(self, entry: HeldEntry, msg: wire.Message) -> None:
         """A legacy server's request while `entry` holds its session."""
-        if entry.finished.is_set() or entry.closed:
-            # It came during the call, and the call ended before it could be
-            # served: nobody will answer it, so say so now.
-            await entry.session.respond(
-                wire.error_response(
-                    msg["id"],
-                    wire.INTERNAL_ERROR,
-                    "No client answer: the call it belonged to has ended",
+        if entry.closed or entry.missing is not None or entry.finished.is_set():
+            # No client will answer any more (the call ended, or is ending,
+            # before this request could be served). Once the call is being
+            # cancelled upstream the reply is left out: the server drops the
+            # request with the call, and a reply racing that teardown is what
+            # breaks it.
+            if not entry.runner.cancel_called:
+                await entry.session.respond(
+                    wire.error_response(
+                        msg["id"], wire.INTERNAL_ERROR, "No client answer: the call has ended"
+                    )
                 )
-            )
             return
         if len(entry.call.asks) >= MAX_ASKS_PER_ROUND:
             # One input_required carries them all: a server that asks without
@@ -375,7 +391,8 @@ class MrtrBridge:
                 wire.error_response(msg["id"], wire.METHOD_NOT_FOUND, outcome.reason)
             )
             entry.missing = outcome
-            entry.runner.cancel()
+            assert self._tg is not None
+            self._tg.start_soon(self._cancel_unless_done, entry)
         elif isinstance(outcome, str):
             log.info(
                 "server request the client cannot take refused", method=msg["method"], why=outcome
@@ -420,6 +437,9 @@ class MrtrBridge:
                     f"The server requires a URL elicitation that was not completed ({refusal})",
                     reason="elicitation-declined",
                 )
+            used = self._consume(msg_id, claims)
+            if used is not None:
+                return used
             fresh = self._new_call(link, msg, decision)
             return await self._run(msg_id, HeldEntry(fresh, link, decision, session))
         if claims.handle is None:
@@ -427,6 +447,9 @@ class MrtrBridge:
                 answers = core.merge_replay_answers(claims, params.get("inputResponses"))
             except StateRejected as exc:
                 return _invalid(msg_id, str(exc))
+            used = self._consume(msg_id, claims)
+            if used is not None:
+                return used
             call = self._new_call(link, msg, decision, replay=answers, replay_round=claims.round)
             return await self._run(msg_id, HeldEntry(call, link, decision, session))
         entry = self.held.get(claims.handle)
@@ -476,6 +499,25 @@ class MrtrBridge:
         finally:
             entry.busy = False
 
+    def _consume(self, msg_id: wire.RequestId, claims: core.Claims) -> wire.Message | None:
+        """Spend a state whose retry re-runs the call: None if it may run, else
+        the client's answer. Checked last, so a retry refused for another
+        reason leaves the state usable."""
+        try:
+            self.consumed.consume(claims, _now_ms())
+        except StateRejected as exc:
+            log.info("retry rejected", why=str(exc))
+            return _invalid(msg_id, str(exc))
+        except ConsumedStates.Full as exc:
+            log.info("retry refused", why=str(exc))
+            return wire.gateway_error(
+                msg_id,
+                wire.INTERNAL_ERROR,
+                f"Too many re-run requestStates in use ({exc}); retry later",
+                reason="replay-limit",
+            )
+        return None
+
     # -- parking, expiry, cleanup ---------------------------------------------------
     def _park(self, entry: HeldEntry) -> None:
         assert entry.call.handle is not None
@@ -520,14 +562,29 @@ class MrtrBridge:
         entry.done.set()
 
     async def _close(self, entry: HeldEntry, reason: str) -> None:
-        """End a bridged call early: cancel it upstream, refuse its pending asks."""
+        """End a bridged call early: refuse its pending asks, and cancel it
+        upstream if the server does not end it by itself within WIND_DOWN.
+
+        The order matters to real servers (see WIND_DOWN): the server first
+        hears that no answer will come, which ends a tool that only waited for
+        one, and only a call still running after that gets
+        `notifications/cancelled`, after which nothing more is sent for it.
+        """
         if entry.closed:
             return
         entry.closed = True
         log.info("bridged call closed", reason=reason, handle=entry.call.handle)
         self._forget(entry)
-        entry.runner.cancel()
         await self._refuse_asks(entry, reason)
+        if entry.finished.is_set():
+            return
+        assert self._tg is not None
+        self._tg.start_soon(self._cancel_unless_done, entry)
+
+    async def _cancel_unless_done(self, entry: HeldEntry) -> None:
+        with anyio.move_on_after(WIND_DOWN):
+            await entry.finished.wait()
+        entry.runner.cancel()
 
     async def _refuse_asks(self, entry: HeldEntry, reason: str) -> None:
         asks = list(entry.call.asks.values())

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import structlog
 
-from gateway import era, wire
+from gateway import era, inbound, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing, upstream_checks
@@ -75,6 +75,7 @@ class GatewayService:
         self.bridge = MrtrBridge(config, self._forward, self._shape)
         self.listens = Listens(config)
         self.pool.on_session_lost = self._session_lost
+        self.pool.in_use = self.listens.holds
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
         # What a misbehaving server sends can repeat without end: one line a minute.
@@ -83,11 +84,22 @@ class GatewayService:
 
     # -- client side -----------------------------------------------------
     async def handle_client_message(
-        self, link: ClientLink, msg: wire.Message, tg: anyio.abc.TaskGroup
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        tg: anyio.abc.TaskGroup,
+        *,
+        checked: bool = False,
     ) -> None:
         """Take one message from a client. Requests run as tasks in `tg` (the
-        link's own task group), so a slow call never holds up the next line."""
+        link's own task group), so a slow call never holds up the next line.
+        `checked`: the front already ran `inbound.problem` on it."""
         kind = wire.kind_of(msg)
+        if not checked and kind in (wire.Kind.REQUEST, wire.Kind.NOTIFICATION):
+            wrong = inbound.problem(msg)
+            if wrong is not None:
+                await self._refuse(link, msg, wrong)
+                return
         if kind is wire.Kind.REQUEST:
             msg_id = msg["id"]
             if msg_id in link.inflight:
@@ -119,6 +131,17 @@ class GatewayService:
             await self._handle_client_notification(link, msg)
         else:
             self.handle_client_reply(link, msg)
+
+    async def _refuse(self, link: ClientLink, msg: wire.Message, wrong: tuple[str, str]) -> None:
+        """A client message with a field of the wrong shape: a request gets
+        -32602 naming it, a notification (nobody to answer) is dropped."""
+        path, what = wrong
+        if "id" in msg:
+            log.debug("client request refused", method=msg["method"], field=path, problem=what)
+            await link.send(inbound.invalid_params(msg["id"], path, what))
+        else:
+            # debug, like the refusals: a client cannot flood the log with them.
+            log.debug("client notification dropped", method=msg["method"], field=path, problem=what)
 
     # -- the fast path --------------------------------------------------------
     def _try_fast(self, link: ClientLink, msg: wire.Message) -> bool:
@@ -187,6 +210,7 @@ class GatewayService:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.debug("client went away before its answer", id=msg_id)
 
+        started = False
         try:
             upstream_id = session.start_call(
                 decision.method,
@@ -196,9 +220,12 @@ class GatewayService:
                 owner=link,
                 log_level=decision.log_level,
             )
+            started = True
         except UpstreamGone:
-            finish()
             return False
+        finally:
+            if not started:
+                finish()  # the lease share and the progress route go on every way out
 
         def cancel() -> None:
             session.abandon_call(upstream_id, "cancelled by the client")
@@ -291,10 +318,11 @@ class GatewayService:
         except UpstreamUnauthorized as exc:
             return failure_reply(exc, msg_id)
         except (UpstreamUnavailable, TimeoutError) as exc:
+            why = str(exc) if isinstance(exc, UpstreamUnavailable) else self.pool.timeout_reason()
             return wire.gateway_error(
                 msg_id,
                 wire.INTERNAL_ERROR,
-                f"Upstream server unavailable: {exc}",
+                f"Upstream server unavailable: {why}",
                 reason="upstream-unavailable",
             )
         decision = self._route(link, msg, profile)
@@ -440,6 +468,12 @@ class GatewayService:
             upstream_token = session.progress_token(link, token)
             params = _with_progress_token(params, upstream_token)
         if decision.method == "subscriptions/listen":
+            if self.listens.ending:
+                # Shutdown began while this listen was on its way: it gets the
+                # closing result the others got, not a stream cut off later.
+                client_id = CURRENT_REQUEST.get()
+                if client_id is not None:
+                    return wire.result_response(0, subs_core.closing_result(client_id))
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
         try:
@@ -649,7 +683,7 @@ class GatewayService:
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                await session.fail_call(calls[0], missing.error(0), "needs a client capability")
+                session.fail_call(calls[0], missing.error(0))
                 return None
             why = "no call of the modern client that can take it is in progress"
         self._refusals_log.info("server request refused", method=method[:100], why=why)
@@ -697,9 +731,14 @@ class GatewayService:
             return
         if method == "notifications/message":
             level = params.get("level")
+            if level not in era.LOG_RANK:
+                return
             for link in list(self.links):
-                if _wants_log(link, session, level):
+                if link.session is not None and _legacy_client_wants_log(link, session, level):
                     await _send_quietly(link, msg)
+            owner = _log_owner(session, msg, level)
+            if owner is not None:
+                await _send_quietly(owner, msg)
             return
         if method == "notifications/cancelled":
             # The server gave up on a request it sent; tell the client we passed it to.
@@ -790,8 +829,22 @@ class GatewayService:
         self._tg.start_soon(self.listens.session_lost, session, replace)
 
     def end_subscriptions(self) -> None:
-        """Shutdown begins: listens end with their graceful closing result."""
+        """Shutdown begins: listens end with their graceful closing result
+        (2026-07-28 subscriptions "Graceful Closure"): those the gateway serves
+        on a legacy server, and a modern client's listens passed through to a
+        modern server, which the server is told to drop."""
         self.listens.end_all()
+        for session in list(self.pool.sessions.values()):
+            for upstream_id, pending in list(session.pending.items()):
+                if (
+                    pending.method == "subscriptions/listen"
+                    and isinstance(pending.owner, ClientLink)
+                    and pending.client_id is not None
+                    and pending.tag is None  # not a legacy session's own listen
+                ):
+                    session.abandon_call(upstream_id, "the gateway is shutting down")
+                    closing = subs_core.closing_result(pending.client_id)
+                    pending.settle(wire.result_response(0, closing))
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None
@@ -825,27 +878,39 @@ class _Claim:
         return cls(session.lease.holder, sole_owner, calls)
 
 
-def _wants_log(link: ClientLink, session: UpstreamSession, level: Any) -> bool:
-    """DESIGN §5.1.5: a client sees a log message only at a level it asked for.
+def _legacy_client_wants_log(link: ClientLink, session: UpstreamSession, level: str) -> bool:
+    """DESIGN §5.1.5: a legacy client asked once for its session, with
+    logging/setLevel, and sees the messages at or above that level."""
+    assert link.session is not None
+    asked = link.session.log_level
+    if asked is None:
+        # Legacy default: the server decides what to send; pass it on for
+        # a legacy server, and a modern one sends nothing unasked.
+        return session.profile is not None and session.profile.era is era.Era.LEGACY
+    return era.LOG_RANK[asked] <= era.LOG_RANK[level]
 
-    A modern client asks per request (`io.modelcontextprotocol/logLevel`), so it
-    gets messages while such a request runs; a legacy client asked once for its
-    session with logging/setLevel.
+
+def _log_owner(session: UpstreamSession, msg: wire.Message, level: str) -> ClientLink | None:
+    """The modern client call a log message provably belongs to, if any.
+
+    A modern client asks per request (`io.modelcontextprotocol/logLevel`), and
+    a server MUST NOT send log messages for a request without it (2026-07-28
+    logging). A legacy server's messages name no call, so the gateway does not
+    guess: a message goes to a call only when it is the one client call it can
+    be about (the call whose HTTP stream carried it, or over stdio the only
+    client call in progress on the session) and that call asked for this
+    level. When calls overlap on a legacy stdio session, nobody gets it.
     """
-    if not isinstance(level, str) or level not in era.LOG_RANK:
-        return False
-    rank = era.LOG_RANK[level]
-    if link.session is not None:
-        asked = link.session.log_level
-        if asked is None:
-            # Legacy default: the server decides what to send; pass it on for
-            # a legacy server, and a modern one sends nothing unasked.
-            return session.profile is not None and session.profile.era is era.Era.LEGACY
-        return era.LOG_RANK[asked] <= rank
-    return any(
-        call.log_level is not None and era.LOG_RANK[call.log_level] <= rank
-        for call in link.inflight.values()
-    )
+    calls = session.calls_a_notification_may_belong_to(msg)
+    if len(calls) != 1:
+        return None
+    call = calls[0]
+    if call.log_level is None or era.LOG_RANK[call.log_level] > era.LOG_RANK[level]:
+        return None
+    owner = call.owner
+    if not isinstance(owner, ClientLink) or owner.session is not None:
+        return None  # a legacy client's messages follow its session's level
+    return owner
 
 
 async def _send_quietly(link: ClientLink, msg: wire.Message) -> None:

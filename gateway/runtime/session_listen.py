@@ -17,6 +17,7 @@ from anyio.abc import TaskGroup
 
 from gateway import era, translate, wire
 from gateway.config import Config
+from gateway.core import backoff
 from gateway.core import subscriptions as subs
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import UpstreamGone, UpstreamSession, UpstreamTimeout
@@ -106,11 +107,10 @@ class SessionListen:
         if ended_by_server and self.current is stream and not self.closed:
             # Reopen after a drop, with backoff (and a fresh session if it died).
             self._failures += 1
-            delay = min(
-                self.config.restart_backoff_initial * 2 ** (self._failures - 1),
-                self.config.restart_backoff_max,
+            cfg = self.config
+            await anyio.sleep(
+                backoff.delay(self._failures, cfg.restart_backoff_initial, cfg.restart_backoff_max)
             )
-            await anyio.sleep(delay)
             self._tg.start_soon(self._reopen_later)
 
     async def _reopen_later(self) -> None:

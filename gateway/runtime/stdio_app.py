@@ -16,13 +16,18 @@ from gateway.config import Config
 from gateway.fronts.stdio_front import BadLine, StdioFront
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
+from gateway.runtime.upstream_pool import Connector
 
 log = structlog.get_logger("gateway.stdio")
 
 
-async def serve_stdio(config: Config, in_fd: int = 0, out_fd: int = 1) -> int:
+async def serve_stdio(
+    config: Config, in_fd: int = 0, out_fd: int = 1, connect: Connector | None = None
+) -> int:
+    """`connect`: how to reach the upstream, when not as `config` says (tests
+    run the whole stdio gateway in-process over a scripted server)."""
     front = StdioFront(in_fd, out_fd, max_bytes=config.max_message_bytes)
-    service = GatewayService(config)
+    service = GatewayService(config, connect=connect)
     link = ClientLink(
         send=front.send, send_nowait=front.send_nowait, cork=front.cork, uncork=front.uncork
     )

@@ -4,10 +4,11 @@ restarts with backoff, and which session serves which request (DESIGN §4,
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -15,14 +16,15 @@ from anyio.abc import TaskGroup
 
 from gateway import era, wire
 from gateway.backs.http_back import HttpConnector
-from gateway.backs.stdio_back import StdioServerProcess
+from gateway.backs.stdio_back import StdioServerProcess, stderr_summary
 from gateway.config import Config
-from gateway.core import era_probe, http_binding, legacy_handshake
+from gateway.core import backoff, era_probe, http_binding, legacy_handshake
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.upstream_session import (
     Corker,
     ServerMessageHandler,
     SessionKey,
+    UpstreamBusy,
     UpstreamGone,
     UpstreamSession,
     UpstreamTimeout,
@@ -33,8 +35,9 @@ from gateway.runtime.upstream_session import (
 log = structlog.get_logger("gateway.pool")
 
 FEATURES = ("elicitation", "roots", "sampling")
-# A session that lived this long was healthy: its exit starts backoff afresh.
-HEALTHY_SECONDS = 30.0
+# After an outage, how long the reachability check of an HTTP upstream may
+# take before the backoff applies after all.
+REACHABLE_TIMEOUT = 1.0
 
 
 # Modern servers are stateless: one connection serves every client and principal.
@@ -43,8 +46,8 @@ MODERN_KEY = SessionKey("*", frozenset())
 # its sessions (never logged or written anywhere); the oldest go first.
 CREDENTIALS_KEPT = 4096
 # ... and each credential has its own connection to a modern server. Those
-# cost the server nothing, so max_sessions (processes, legacy sessions) does
-# not bound them; this does.
+# cost the server nothing, so max_sessions and max_processes (processes,
+# legacy sessions) do not bound them; this does.
 MODERN_CONNECTIONS = 1024
 
 
@@ -65,6 +68,15 @@ class ServerConnection(Protocol):
 
 
 Connector = Callable[[], Awaitable[ServerConnection]]
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@runtime_checkable
+class LastWords(Protocol):
+    """A connection that keeps what the server said on stderr (the stdio back)."""
+
+    async def last_words(self, timeout: float = ...) -> list[str]: ...
 
 
 class Contradicted(UpstreamUnavailable):
@@ -83,8 +95,13 @@ class UpstreamPool:
         tap: Callable[[str, wire.Message], None] | None = None,
         connect: Connector | None = None,
         corker: Corker | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = anyio.sleep,
     ) -> None:
         self.config = config
+        # Injected so that tests drive the backoff without waiting.
+        self.clock = clock
+        self.sleep = sleep
         self._corker = corker
         self._tap = tap
         # An upstream URL means the Streamable HTTP back: its connections share
@@ -111,13 +128,25 @@ class UpstreamPool:
         self._lock = anyio.Lock()
         self._ready = anyio.Event()
         self._failure: str | None = None
-        self._crashes = 0
-        self._last_crash = 0.0
+        # Failed starts and crashes since the upstream last answered its
+        # handshake; the backoff grows with them.
+        self._failures = 0
+        self._last_failure = 0.0
+        # Start-up attempts made; a request that waited for one takes its verdict.
+        self._attempts = 0
+        self._settling = anyio.Lock()
+        # What opening a session is waiting for now, for the timeout's message.
+        self._stage = "the start-up probe"
+        self._last_process: ServerConnection | None = None
+        self._opening: list[UpstreamSession] = []
         self._closing: list[ServerConnection] = []
         # Told when a session dies unasked (the service re-establishes what
         # lived on it, e.g. resource subscriptions).
         self.on_session_lost: Callable[[UpstreamSession], Awaitable[None]] | None = None
-        self._last_attempt = 0.0
+        # Whether something outside the pool still relies on a session (the
+        # service's listens): such a session is never evicted.
+        self.in_use: Callable[[UpstreamSession], bool] = _nothing_relies_on
+        self._recency = itertools.count(1)
         self._hurried = False
         self.restarts = 0
 
@@ -131,7 +160,6 @@ class UpstreamPool:
             self._ready.set()
 
     async def _settle_first(self, principal: str = "local") -> None:
-        self._last_attempt = time.monotonic()
         try:
             with anyio.fail_after(self.config.startup_timeout):
                 async with self._lock:
@@ -150,27 +178,56 @@ class UpstreamPool:
             self._refusal = exc
             self.awaiting_credentials = self._forward
             if not self._forward:
-                self._crashes += 1
-                self._last_crash = time.monotonic()
+                self._note_failure()
             log.error("upstream refused the credential", reason=str(exc))
-        except (TimeoutError, UpstreamUnavailable, UpstreamGone, OSError) as exc:
-            self._failure = _describe(exc) or "startup timed out"
-            self._crashes += 1
-            self._last_crash = time.monotonic()
+        except TimeoutError:
+            # (_open counted the failure for the backoff.)
+            self._failure = await self._with_last_words(self.timeout_reason())
             log.error("upstream unavailable", reason=self._failure)
+        except (UpstreamUnavailable, UpstreamGone, OSError) as exc:
+            self._failure = await self._with_last_words(_describe(exc))
+            log.error("upstream unavailable", reason=self._failure)
+        finally:
+            self._attempts += 1
+
+    def timeout_reason(self) -> str:
+        """Which bound ran out while a session was being opened, and on what."""
+        return (
+            f"no answer to {self._stage} within startup_timeout={self.config.startup_timeout:g} s"
+        )
+
+    async def _with_last_words(self, reason: str) -> str:
+        """`reason`, with the end of the server's stderr if it said something
+        (a server that dies at start usually says why there)."""
+        process = self._last_process
+        if not isinstance(process, LastWords):
+            return reason
+        summary = stderr_summary(await process.last_words())
+        if not summary or summary in reason:
+            return reason
+        return f"{reason}; its stderr ends: {summary}"
 
     @property
     def failure(self) -> str | None:
         return self._failure
 
-    async def ready(self, principal: str = "local") -> UpstreamProfile:
+    async def ready(self, principal: str = "local", *, retry: bool = True) -> UpstreamProfile:
+        """The upstream's profile once its era is settled. `retry`: after a
+        failed start, try again if the backoff allows (a caller that waited
+        for an attempt takes that attempt's verdict instead)."""
+        seen = self._attempts
         await self._ready.wait()
-        if self.profile is None and (
-            self._retry_due() or (self.awaiting_credentials and principal in self._credentials)
-        ):
-            # An outage is never a verdict (DESIGN §4): a sidecar that started
-            # before its upstream tries again, at most once per backoff delay.
-            await self._settle_first(principal)
+        if self.profile is None and retry:
+            async with self._settling:  # one attempt at a time
+                if self.profile is None and (
+                    (self.awaiting_credentials and principal in self._credentials)
+                    or (self._attempts == seen and await self._retry_allowed())
+                ):
+                    # An outage is never a verdict (DESIGN §4): a sidecar that
+                    # started before its upstream tries again, at most once per
+                    # backoff delay, or at once when it can be reached again;
+                    # a refused credential is tried again with this client's.
+                    await self._settle_first(principal)
         if self.profile is None:
             if self._refusal is not None:
                 raise UpstreamUnauthorized(self._refusal.reply)
@@ -185,12 +242,41 @@ class UpstreamPool:
         if len(self._credentials) > CREDENTIALS_KEPT:
             self._credentials.popitem(last=False)
 
-    def _retry_due(self) -> bool:
+    # -- backoff -----------------------------------------------------------
+    @property
+    def restart_delay(self) -> float:
+        """The backoff after the failures so far (0 once the upstream answered)."""
         cfg = self.config
-        delay = min(
-            cfg.restart_backoff_initial * 2 ** max(self._crashes - 1, 0), cfg.restart_backoff_max
+        return backoff.delay(self._failures, cfg.restart_backoff_initial, cfg.restart_backoff_max)
+
+    def _note_failure(self) -> None:
+        self._failures += 1
+        self._last_failure = self.clock()
+
+    def _note_healthy(self) -> None:
+        # The upstream started and answered its probe or handshake: whatever
+        # failed before is over, and the next failure starts the backoff afresh.
+        self._failures = 0
+
+    def _backoff_left(self) -> float:
+        return self._last_failure + self.restart_delay - self.clock()
+
+    async def _reachable(self) -> bool:
+        """An HTTP upstream that accepts a connection again is tried at once;
+        a command has no such check (its start is the check)."""
+        return self._http is not None and await self._http.reachable(
+            min(REACHABLE_TIMEOUT, self.config.probe_timeout)
         )
-        return bool(time.monotonic() - self._last_attempt >= delay)
+
+    async def _retry_allowed(self) -> bool:
+        return self._backoff_left() <= 0 or await self._reachable()
+
+    async def _backoff(self) -> None:
+        wait = self._backoff_left()
+        if wait <= 0 or await self._reachable():
+            return
+        log.info("restarting upstream after backoff", delay=round(wait, 3))
+        await self.sleep(wait)
 
     async def aclose(self) -> None:
         """Stop every upstream: close its stdin, wait `exit_grace`, then
@@ -252,20 +338,28 @@ class UpstreamPool:
             return session
         await self.ready(principal)
         key = self.key_for(principal, client_caps)
-        with anyio.fail_after(self.config.startup_timeout):
-            async with self._lock:
-                session = self.sessions.get(key)
-                if session is not None and session.alive:
-                    return self._claim(session)
-                adopted = self._adopt(key)
-                if adopted is not None:
-                    return adopted
-                await self._make_room(key)
-                return await self._open(key, first=False)
+        try:
+            with anyio.fail_after(self.config.startup_timeout):
+                async with self._lock:
+                    session = self.sessions.get(key)
+                    if session is not None and session.alive:
+                        return self._claim(session)
+                    adopted = self._adopt(key)
+                    if adopted is not None:
+                        return self._claim(adopted)
+                    await self._make_room(key)
+                    return self._claim(await self._open(key, first=False))
+        except TimeoutError:
+            raise UpstreamUnavailable(await self._with_last_words(self.timeout_reason())) from None
+        except (UpstreamGone, UpstreamUnavailable, OSError) as exc:
+            if isinstance(exc, UpstreamBusy | UpstreamUnauthorized):
+                raise
+            raise UpstreamUnavailable(await self._with_last_words(_describe(exc))) from None
 
     def _claim(self, session: UpstreamSession) -> UpstreamSession:
         if session is self._unclaimed:
             self._unclaimed = None  # a client uses it now: no one else takes it over
+        session.last_used = next(self._recency)
         return session
 
     def _adopt(self, key: SessionKey) -> UpstreamSession | None:
@@ -283,16 +377,46 @@ class UpstreamPool:
         return session
 
     async def _make_room(self, key: SessionKey) -> None:
-        live = [s for s in self.sessions.values() if s.alive and s.key != key]
-        limit = MODERN_CONNECTIONS if self.era is era.Era.MODERN else self.config.max_sessions
-        if len(live) < limit:
+        """DESIGN §5.1.1: a legacy session is never shared across principals.
+        `max_sessions` bounds one principal's sessions (one per declared
+        feature set); `max_processes` bounds them all. Past a bound the least
+        recently used idle session goes; a busy one never does."""
+        if self.era is era.Era.MODERN:
+            await self._bound(self._live(key), MODERN_CONNECTIONS, "upstream connections")
             return
-        idle = [s for s in live if not s.pending]
-        if not idle:
-            raise UpstreamUnavailable(
-                f"all {self.config.max_sessions} upstream sessions are busy (max_sessions)"
+        cfg = self.config
+        own = [s for s in self._live(key) if s.key.principal == key.principal]
+        await self._bound(own, cfg.max_sessions, "upstream sessions of this client (max_sessions)")
+        await self._bound(self._live(key), cfg.max_processes, "upstream processes (max_processes)")
+
+    def _live(self, key: SessionKey) -> list[UpstreamSession]:
+        return [s for s in self.sessions.values() if s.alive and s.key != key]
+
+    async def _bound(self, sessions: list[UpstreamSession], limit: int, what: str) -> None:
+        if len(sessions) < limit:
+            return
+        idle = sorted((s for s in sessions if self._idle(s)), key=lambda s: s.last_used)
+        if len(sessions) - len(idle) >= limit:
+            raise UpstreamBusy(f"all {limit} {what} are busy")
+        for session in idle[: len(sessions) - limit + 1]:
+            log.info(
+                "idle upstream session evicted to make room",
+                session=session.label,
+                principal=session.key.principal,
+                bound=what,
             )
-        await self._retire(idle[0], "evicted to make room for another session")
+            await self._retire(session, "evicted to make room for another session")
+
+    def _idle(self, session: UpstreamSession) -> bool:
+        """Nothing runs on it (no call in flight, none parked for client
+        input, no lease held) and nothing outside relies on it."""
+        lease = session.lease
+        return (
+            not session.pending
+            and lease.holder is None
+            and not lease.readers
+            and not self.in_use(session)
+        )
 
     async def _retire(self, session: UpstreamSession, reason: str) -> None:
         session.close(reason)
@@ -305,8 +429,11 @@ class UpstreamPool:
     # -- opening ---------------------------------------------------------
     async def _open(self, key: SessionKey, *, first: bool) -> UpstreamSession:
         await self._backoff()
-        session = await self._spawn(key)
+        # Every process this attempt starts (the probe may need a second one):
+        # all of them go if it fails.
+        self._opening = []
         try:
+            session = await self._spawn(key)
             if not first and self.era is not None:
                 try:
                     if self.era is era.Era.MODERN:
@@ -326,21 +453,17 @@ class UpstreamPool:
                 if self.era is era.Era.MODERN:
                     key = self.key_for(key.principal, {})
                     session.key = key
-        except BaseException:
-            await self._retire(session, "failed to open")
+        except BaseException as exc:
+            if not isinstance(exc, UpstreamUnauthorized):
+                self._note_failure()  # a credential refused is not an outage
+            for started in self._opening:
+                await self._retire(started, "failed to open")
             raise
+        finally:
+            self._opening = []
+        self._note_healthy()
         self.sessions[key] = session
         return session
-
-    async def _backoff(self) -> None:
-        if self._crashes == 0:
-            return
-        cfg = self.config
-        delay = min(cfg.restart_backoff_initial * 2 ** (self._crashes - 1), cfg.restart_backoff_max)
-        wait = self._last_crash + delay - time.monotonic()
-        if wait > 0:
-            log.info("restarting upstream after backoff", delay=round(wait, 3))
-            await anyio.sleep(wait)
 
     async def _spawn_process(self) -> ServerConnection:
         cfg = self.config
@@ -358,10 +481,13 @@ class UpstreamPool:
         return await self._connect()
 
     async def _spawn(self, key: SessionKey) -> UpstreamSession:
+        self._stage = "the start-up probe"
         process = await self._connect_as(key.principal)
+        self._last_process = process
         process.tap = self._tap
         session = UpstreamSession(process, key, label=f"pid {process.pid}")
         self._processes[session] = process
+        self._opening.append(session)
         assert self._tg is not None
         self._tg.start_soon(process.run_background)
         self._tg.start_soon(self._supervise, session, process)
@@ -372,16 +498,17 @@ class UpstreamPool:
         await session.run_reader(self._handler, self._corker)
         if self._processes.pop(session, None) is None:
             return  # retired on purpose
-        if self.sessions.get(session.key) is session:
+        opened = self.sessions.get(session.key) is session
+        if opened:
             del self.sessions[session.key]
         code = await process.aclose(self.config.shutdown_grace)
-        if time.monotonic() - session.started > HEALTHY_SECONDS:
-            self._crashes = 0
-        self._crashes += 1
-        self._last_crash = time.monotonic()
+        if opened:
+            self._note_failure()  # (one that dies while opening is counted by _open)
         self.restarts += 1
         log.warning(
-            "upstream exited; the next request restarts it",
+            "upstream exited; the next request restarts it"
+            if opened
+            else "upstream exited while it was being started",
             returncode=code,
             reason=session.closed_reason,
         )
@@ -430,6 +557,7 @@ class UpstreamPool:
     async def _probe(
         self, session: UpstreamSession, version: str = era.NEWEST_MODERN
     ) -> era_probe.ProbeVerdict:
+        self._stage = "server/discover (the era probe)"
         try:
             reply = await session.call(
                 "server/discover",
@@ -446,6 +574,7 @@ class UpstreamPool:
         return era_probe.judge(reply)
 
     async def _discover(self, session: UpstreamSession, version: str) -> None:
+        self._stage = "server/discover"
         reply = await self._call(
             session,
             "server/discover",
@@ -462,6 +591,7 @@ class UpstreamPool:
     async def _initialize(self, session: UpstreamSession, key: SessionKey) -> None:
         caps = capabilities_for(key.features)
         request = legacy_handshake.initialize_request(0, caps, self.config.client_info)
+        self._stage = "initialize"
         reply = await self._call(session, "initialize", request["params"])
         if era_probe.judge(reply).era is era.Era.MODERN and "error" in reply:
             raise Contradicted(f"initialize refused with modern error {reply['error'].get('code')}")
@@ -494,6 +624,10 @@ class UpstreamPool:
             await self._discover(session, era.NEWEST_MODERN)
         assert self.profile is not None
         return self.profile
+
+
+def _nothing_relies_on(session: UpstreamSession) -> bool:
+    return False
 
 
 def _check_credential(reply: wire.Message) -> None:

@@ -29,6 +29,14 @@ CONNECTION_LOST = (
     OSError,
 )
 
+# Seconds a server has to end a call by itself, once told that no client answer
+# will come, before the gateway cancels it. Real SDKs break when a cancellation
+# meets the call writing its result, or a reply meets a request being torn down
+# (mcp 1.30 exits when a hundred parked calls expire together), so the gateway
+# never sends both at once: refusal first, cancellation only for a call that is
+# still running after this.
+WIND_DOWN = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class SessionKey:
@@ -47,9 +55,15 @@ class Channel(Protocol):
 @runtime_checkable
 class CallStreams(Protocol):
     """A transport that can tell a server request sent outside any call (the
-    HTTP back's GET stream) from one sent on a call's own stream."""
+    HTTP back's GET stream) from one sent on a call's own stream, and, where
+    every call has a stream of its own, which call a notification came with."""
 
     def outside_calls(self, request_id: wire.RequestId) -> bool: ...
+
+    @property
+    def streams_name_calls(self) -> bool: ...
+
+    def stream_of(self, msg: wire.Message) -> wire.RequestId | None: ...
 
 
 class Corker(Protocol):
@@ -76,6 +90,11 @@ class UpstreamUnavailable(Exception):
     """No session can be had: the upstream is down, busy or unusable."""
 
 
+class UpstreamBusy(UpstreamUnavailable):
+    """Every session the bounds allow is running calls: none can be made for
+    this one (it may be tried again once one is idle)."""
+
+
 class UpstreamUnauthorized(UpstreamUnavailable):
     """The upstream refused the credential it was sent (HTTP 401/403): the
     refusal itself is kept, for the client whose credential it was."""
@@ -91,12 +110,20 @@ def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Messag
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
         return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout")
+    if isinstance(exc, UpstreamBusy):
+        return wire.gateway_error(
+            msg_id, wire.INTERNAL_ERROR, f"Upstream busy: {exc}", reason="upstream-busy"
+        )
     return wire.gateway_error(
         msg_id, wire.INTERNAL_ERROR, f"Upstream server failed: {exc}", reason="upstream-failed"
     )
 
 
 ReplyCallback = Callable[[wire.Message], None]
+
+
+def _ignore(reply: wire.Message) -> None:
+    return None
 
 
 @dataclass(slots=True)
@@ -150,6 +177,8 @@ class UpstreamSession:
         self.closed_reason: str | None = None
         self.lease = SessionLease()
         self.started = time.monotonic()
+        # When a client last used it (the pool's order, for idle eviction).
+        self.last_used = 0
         self._next_id = 0
         self._next_token = 0
 
@@ -166,17 +195,42 @@ class UpstreamSession:
         channel = self.channel
         return isinstance(channel, CallStreams) and channel.outside_calls(request_id)
 
+    def calls_a_notification_may_belong_to(self, msg: wire.Message) -> list[PendingCall]:
+        """The client calls in progress that a server notification naming no
+        call (a log message) may be about.
+
+        Over a transport with a stream per call (Streamable HTTP) that is the
+        call whose stream carried it, or none for the GET stream (2025-11-25:
+        its messages "SHOULD be unrelated to any concurrently-running
+        JSON-RPC request"). Over stdio, any client call in progress.
+        """
+        channel = self.channel
+        if isinstance(channel, CallStreams) and channel.streams_name_calls:
+            origin = channel.stream_of(msg)
+            call = self.pending.get(origin) if isinstance(origin, int) else None
+            return [call] if call is not None and call.owner is not None else []
+        return [call for call in self.pending.values() if call.owner is not None]
+
     def calls_of(self, owner: object) -> list[int]:
         return [i for i, call in self.pending.items() if call.owner is owner]
 
-    async def fail_call(self, msg_id: int, reply: wire.Message, reason: str) -> None:
-        """End a pending call with `reply` instead of the server's, and tell the
-        server to stop working on it."""
+    def fail_call(self, msg_id: int, reply: wire.Message, wind_down: float | None = None) -> None:
+        """End a pending call with `reply` instead of the server's. The server
+        is told to stop working on it only if it has not ended the call itself
+        within `wind_down` (WIND_DOWN by default): the sweeper sends that
+        cancellation, and drops the server's own late answer if it comes."""
         pending = self.pending.get(msg_id)
         if pending is None:
             return
         pending.settle(reply)
-        await self._cancel_upstream(msg_id, reason)
+        grace = WIND_DOWN if wind_down is None else wind_down
+        self.pending[msg_id] = PendingCall(
+            None,
+            None,
+            on_reply=_ignore,
+            deadline=anyio.current_time() + grace,
+            method=pending.method,
+        )
 
     def next_id(self) -> int:
         self._next_id += 1
@@ -229,7 +283,8 @@ class UpstreamSession:
             if pending.reply is None and self.closed_reason is None:
                 raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
         finally:
-            self.pending.pop(msg_id, None)
+            if self.pending.get(msg_id) is pending:  # not replaced by fail_call
+                del self.pending[msg_id]
         if pending.reply is None:
             raise UpstreamGone(self.closed_reason or "upstream connection ended")
         return pending.reply

@@ -54,7 +54,7 @@ for line in sys.stdin:
         if name == "stderr":
             sys.stderr.write("flaky-server says hello on stderr\n")
             sys.stderr.flush()
-        if name == "sleep":
+        if name == "sleep" or (name == "progress" and "seconds" in params.get("arguments", {})):
             time.sleep(float(params.get("arguments", {}).get("seconds", 1)))
         send(
             {
