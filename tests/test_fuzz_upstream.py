@@ -45,6 +45,7 @@ from gateway import era, wire
 from gateway.config import Config
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
+from gateway.runtime.upstream_session import WIND_DOWN
 from tests.scripted import ScriptedServer, Upstream, encoding_link, wait_tables_empty
 from tests.servers.scripted_http import HttpRequest, HttpServer, Reply, serve
 from tests.test_http_back import connection, exchange, modern
@@ -443,7 +444,8 @@ async def run_scenario(
             assert again["result"]["content"][0]["text"] == "calm", again
             for link in links:
                 service.drop_link(link)
-            await wait_tables_empty(service, links, STATE_TTL + 2 * REQUEST_TIMEOUT + 1)
+            bound = STATE_TTL + 2 * REQUEST_TIMEOUT + WIND_DOWN + 1
+            await wait_tables_empty(service, links, bound)
             requests.cancel_scope.cancel()
         await service.aclose()
         tg.cancel_scope.cancel()
