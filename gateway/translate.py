@@ -131,7 +131,7 @@ def discover_from_initialize(
         "ttlMs": cache.ttl_ms,
         "cacheScope": cache.scope,
     }
-    meta = dict(init.get("_meta") or {})
+    meta = dict(init["_meta"]) if isinstance(init.get("_meta"), dict) else {}
     if isinstance(init.get("serverInfo"), dict):
         meta[era.SERVER_INFO] = init["serverInfo"]
     if meta:

@@ -6,7 +6,7 @@ untouched; this module only looks at the envelope.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -244,11 +244,19 @@ def encode(msg: Message) -> bytes:
     return orjson.dumps(msg) + b"\n"
 
 
+# How much of an over-long line's start and end is kept: enough to see
+# whose reply it was, never the line.
+OVERSIZED_EDGE = 256
+
+
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """A line longer than the limit; its bytes were discarded, not buffered."""
+    """A line longer than the limit; its bytes were discarded, not buffered,
+    all but its first and last OVERSIZED_EDGE bytes."""
 
     size: int
+    head: bytes = field(default=b"", compare=False)
+    tail: bytes = field(default=b"", compare=False)
 
 
 class LineSplitter:
@@ -263,6 +271,8 @@ class LineSplitter:
         self._buf = bytearray()
         self._discarding = False
         self._discarded = 0
+        self._head = b""
+        self._tail = b""
 
     def feed(self, data: bytes) -> list[bytes | Oversized]:
         out: list[bytes | Oversized] = []
@@ -270,13 +280,18 @@ class LineSplitter:
         nl = data.find(b"\n")
         while nl >= 0:
             if self._discarding:
-                out.append(Oversized(self._discarded + nl - start))
+                tail = (self._tail + data[start:nl])[-OVERSIZED_EDGE:]
+                out.append(Oversized(self._discarded + nl - start, self._head, tail))
                 self._discarding = False
                 self._discarded = 0
             else:
                 chunk = data[start:nl]
                 if len(self._buf) + len(chunk) > self._max:
-                    out.append(Oversized(len(self._buf) + len(chunk)))
+                    head = (bytes(self._buf[:OVERSIZED_EDGE]) + chunk[:OVERSIZED_EDGE])[
+                        :OVERSIZED_EDGE
+                    ]
+                    tail = (bytes(self._buf[-OVERSIZED_EDGE:]) + chunk)[-OVERSIZED_EDGE:]
+                    out.append(Oversized(len(self._buf) + len(chunk), head, tail))
                 else:
                     line = bytes(self._buf) + chunk if self._buf else chunk
                     line = line.rstrip(b"\r")
@@ -291,10 +306,15 @@ class LineSplitter:
     def _take(self, rest: bytes, out: list[bytes | Oversized]) -> None:
         if self._discarding:
             self._discarded += len(rest)
+            self._tail = (self._tail + rest)[-OVERSIZED_EDGE:]
             return
         if len(self._buf) + len(rest) > self._max:
             self._discarding = True
             self._discarded = len(self._buf) + len(rest)
+            self._head = (bytes(self._buf[:OVERSIZED_EDGE]) + rest[:OVERSIZED_EDGE])[
+                :OVERSIZED_EDGE
+            ]
+            self._tail = (bytes(self._buf[-OVERSIZED_EDGE:]) + rest)[-OVERSIZED_EDGE:]
             self._buf.clear()
             return
         self._buf += rest
@@ -303,7 +323,7 @@ class LineSplitter:
         """End of stream: a final unterminated line still counts."""
         out: list[bytes | Oversized] = []
         if self._discarding:
-            out.append(Oversized(self._discarded))
+            out.append(Oversized(self._discarded, self._head, self._tail))
         elif self._buf.strip():
             out.append(bytes(self._buf).rstrip(b"\r"))
         self._buf.clear()

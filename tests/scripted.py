@@ -10,16 +10,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import era, wire
-from gateway.backs.stdio_back import ServerExited
+from gateway.backs.stdio_back import ServerExited, ServerOutput
 from gateway.config import Config
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
@@ -55,27 +56,47 @@ class Recorder(list[wire.Message]):
                         return msg
                 await self._changed.wait()
 
+    async def wait_for_reply(self, msg_id: wire.RequestId, timeout: float = 2) -> wire.Message:
+        """The gateway's answer to the script's request `msg_id`."""
+        with anyio.fail_after(timeout):
+            while True:  # each pass waits for a new message
+                for msg in self:
+                    if "method" not in msg and msg.get("id") == msg_id:
+                        return msg
+                await self._changed.wait()
+
 
 class ScriptedServer:
     """The gateway's view: a ServerConnection. The script's view: recv/send."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
         self.pid = next(_pids)
         self.tap: Callable[[str, wire.Message], None] | None = None
         self._in_send, self._in_recv = anyio.create_memory_object_stream[wire.Message](math.inf)
-        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message](math.inf)
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[wire.Message | bytes](
+            math.inf
+        )
+        # What the script writes goes through the stdio back's own framing and
+        # screening, so a script can be as hostile as a real process.
+        self._output = ServerOutput(max_bytes, self._answered, label=f"pid {self.pid}")
         self.closed = False
+        # Set by a test: every write to the server fails, as to a broken pipe.
+        self.fail_writes = False
         self._asked: dict[wire.RequestId, tuple[anyio.Event, list[wire.Message]]] = {}
         self._next_ask = 0
 
     # gateway side
     async def send(self, msg: wire.Message) -> None:
+        if self.fail_writes:
+            raise ServerExited(None)
         try:
             await self._in_send.send(msg)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise ServerExited(1) from exc
 
     def send_nowait(self, msg: wire.Message) -> None:
+        if self.fail_writes:
+            raise ServerExited(None)
         try:
             self._in_send.send_nowait(msg)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -87,16 +108,27 @@ class ScriptedServer:
     def uncork(self) -> None:
         return None
 
+    def _answered(self, msg: wire.Message) -> None:
+        """The gateway's answer to a malformed request of the script's."""
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._in_send.send_nowait(msg)
+
     async def receive_batch(self) -> list[wire.Message]:
-        try:
-            batch = [await self._out_recv.receive()]
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise ServerExited(1) from None
-        while True:  # take what is already there, as one pipe read would
+        batch: list[wire.Message] = []
+        while not batch:  # each pass takes what one pipe read would
             try:
-                batch.append(self._out_recv.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                return batch
+                items = [await self._out_recv.receive()]
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise ServerExited(1) from None
+            while True:
+                try:
+                    items.append(self._out_recv.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+            for item in items:
+                data = item if isinstance(item, bytes) else wire.encode(item)
+                batch += self._output.feed(data)
+        return batch
 
     async def run_background(self) -> None:
         return None
@@ -116,6 +148,10 @@ class ScriptedServer:
 
     async def emit(self, msg: wire.Message) -> None:
         await self._out_send.send(msg)
+
+    async def emit_raw(self, data: bytes) -> None:
+        """Write bytes as they are (junk, half lines, huge or deep JSON)."""
+        await self._out_send.send(data)
 
     async def ask(self, method: str, params: dict[str, Any] | None = None) -> wire.Message:
         """Send a server-to-client request; the script's main loop routes the reply."""
@@ -151,9 +187,10 @@ class Upstream:
     behaviour: Behaviour
     tg: TaskGroup
     spawned: list[ScriptedServer] = field(default_factory=list)
+    max_bytes: int = 4 * 1024 * 1024
 
     async def connect(self) -> ScriptedServer:
-        server = ScriptedServer()
+        server = ScriptedServer(self.max_bytes)
         self.spawned.append(server)
 
         async def run() -> None:
@@ -353,17 +390,35 @@ class Client:
         return reply
 
 
+def encoding_link(
+    stream: MemoryObjectSendStream[wire.Message], principal: str = "local"
+) -> ClientLink:
+    """A link that puts each message through JSON, as the real fronts do: what
+    the gateway cannot encode fails here as it would on stdout or HTTP."""
+
+    async def send(msg: wire.Message) -> None:
+        await stream.send(orjson.loads(wire.encode(msg)))
+
+    def send_nowait(msg: wire.Message) -> None:
+        stream.send_nowait(orjson.loads(wire.encode(msg)))
+
+    return ClientLink(send=send, send_nowait=send_nowait, transport="test", principal=principal)
+
+
 @asynccontextmanager
-async def gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Client]:
+async def gateway(
+    behaviour: Behaviour, *, encode: bool = False, **config: Any
+) -> AsyncIterator[Client]:
+    """`encode=True`: the client's messages go through JSON (see encoding_link)."""
     cfg = Config(
         command=("scripted",),
         **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
     )
     async with anyio.create_task_group() as tg:
-        upstream = Upstream(behaviour, tg)
+        upstream = Upstream(behaviour, tg, max_bytes=cfg.max_message_bytes)
         service = GatewayService(cfg, connect=upstream.connect)
         send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
+        link = encoding_link(send) if encode else ClientLink.over_stream(send, transport="test")
         service.links.add(link)
         await service.start(tg)
         async with anyio.create_task_group() as requests:
@@ -371,3 +426,32 @@ async def gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Client]:
             requests.cancel_scope.cancel()
         await service.aclose()
         tg.cancel_scope.cancel()
+
+
+def tables(service: GatewayService, links: list[ClientLink]) -> dict[str, Any]:
+    """Every table that must be empty once no call is in progress: pending
+    upstream calls, progress routes, session leases, server requests being
+    served, parked calls, in-flight client calls, server requests forwarded
+    to clients."""
+    out: dict[str, Any] = {"held": list(service.bridge.held)}
+    for session in service.pool.sessions.values():
+        out[f"{session.label} pending"] = [c.method for c in session.pending.values()]
+        out[f"{session.label} progress"] = list(session.progress)
+        out[f"{session.label} holder"] = session.lease.holder
+        out[f"{session.label} readers"] = session.lease.readers
+        out[f"{session.label} serving"] = session.serving
+    for link in links:
+        out[f"link {link.id} inflight"] = list(link.inflight)
+        out[f"link {link.id} server requests"] = list(link.server_requests)
+    return out
+
+
+async def wait_tables_empty(service: GatewayService, links: list[ClientLink], bound: float) -> None:
+    """Wait (at most `bound`: parked calls and forwarded server requests end
+    on their own timers) for every table to be empty; fail saying what is left."""
+    for _ in range(max(1, int(bound / 0.01))):
+        if not any(tables(service, links).values()):
+            return
+        await anyio.sleep(0.01)
+    left = {k: v for k, v in tables(service, links).items() if v}
+    raise AssertionError(f"still held: {left}")

@@ -338,7 +338,8 @@ async def test_http_failures_become_error_replies_under_the_request_id() -> None
         "id": "rpc",
         "error": {"code": -32021, "message": "needs elicitation", "data": {"x": 1}},
     }
-    assert replies["junk"]["error"]["data"]["reason"] == "upstream-unreachable"
+    # A 200 whose body is not JSON is the server's malformed reply, not an outage.
+    assert replies["junk"]["error"]["data"]["reason"] == "upstream-malformed"
     assert all(r["id"] == name for name, r in replies.items())
 
 

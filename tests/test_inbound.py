@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import era, inbound, wire
+from gateway.backs.stdio_back import ServerOutput
+from gateway.core import upstream_checks
 from tests.inprocess import MODERN_META, http_gateway
 from tests.scripted import ScriptedServer, gateway, legacy_server
 
@@ -360,13 +362,18 @@ async def test_a_modern_request_for_a_removed_method_is_still_method_not_found(m
 
 def test_an_upstream_message_nested_too_deep_is_dropped_at_decode() -> None:
     """Issue defect 2 applies to upstream messages too: the bound holds for
-    what a server sends, on the stdio back (wire.decode) and the HTTP back
-    (each JSON body or SSE event), so nothing deeper reaches the gateway."""
-    from gateway.backs.http_back import HttpServerConnection
-
+    what a server sends, on the stdio back (ServerOutput) and the HTTP back
+    (each JSON body or SSE event), which both screen with upstream_checks,
+    so nothing deeper reaches the gateway; a reply that names its call stands
+    in for it as an error (upstream-malformed)."""
     deep = '{"jsonrpc":"2.0","id":1,"result":{"a":' + "[" * 300 + "]" * 300 + "}}"
     with pytest.raises(wire.InvalidMessage):
         wire.decode(deep.encode())
-    assert HttpServerConnection._decode(orjson.loads(deep), deep) is None
+    refused = upstream_checks.screen_line(deep)
+    assert isinstance(refused, upstream_checks.Refused)
+    assert refused.to_call is not None
+    assert refused.to_call["error"]["data"]["reason"] == "upstream-malformed"
+    output = ServerOutput(1 << 20, lambda msg: None, label="test")
+    assert output.feed(deep.encode() + b"\n") == [refused.to_call]
     shallow = '{"jsonrpc":"2.0","id":1,"result":{"a":' + "[" * 100 + "]" * 100 + "}}"
-    assert HttpServerConnection._decode(orjson.loads(shallow), shallow) is not None
+    assert not isinstance(upstream_checks.screen_line(shallow), upstream_checks.Refused)

@@ -354,7 +354,7 @@ async def test_legacy_server_request_goes_to_the_legacy_client_that_declared_it(
 
 async def test_undeclared_feature_request_gets_an_error_upstream() -> None:
     async def asks(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
-        answer = await server.ask("sampling/createMessage", {"messages": []})
+        answer = await server.ask("sampling/createMessage", {"messages": [], "maxTokens": 5})
         return {"content": [{"type": "text", "text": str(answer["error"]["message"])}]}
 
     async with gateway(legacy_server({"tools/call": asks})) as c:

@@ -74,3 +74,34 @@ async def test_waits_are_bounded_by_the_caller() -> None:
     lease.release_exclusive("a")
     with anyio.fail_after(1):
         await lease.acquire_exclusive("c")  # the timed-out waiter left no trace
+
+
+async def test_a_writer_that_gives_up_lets_the_readers_it_held_back_in() -> None:
+    """Every lease and slot is released on every path (the issue): a writer
+    that waited for the readers, and so held new readers back, then gave up
+    (its timeout, or its client cancelled) must let those readers in. On main
+    they stayed blocked until their own timeout, since nothing woke them."""
+    lease = SessionLease()
+    await lease.acquire_shared()
+    reader_in = anyio.Event()
+
+    async def reader() -> None:
+        await lease.acquire_shared()
+        reader_in.set()
+
+    async with anyio.create_task_group() as tg:
+        writer_scope = anyio.CancelScope()
+        tg.start_soon(_cancellable_writer, lease, writer_scope)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(reader)
+        await anyio.wait_all_tasks_blocked()
+        assert not reader_in.is_set()  # held back by the waiting writer
+        writer_scope.cancel()
+        with anyio.fail_after(1):
+            await reader_in.wait()
+    assert lease.readers == 2 and lease.holder is None
+
+
+async def _cancellable_writer(lease: SessionLease, scope: anyio.CancelScope) -> None:
+    with scope:
+        await lease.acquire_exclusive("w")

@@ -32,6 +32,8 @@ from gateway import era, wire
 from gateway.backs import http_wire
 from gateway.backs.http_client import HttpClient, HttpClientError, Response, Timeout
 from gateway.backs.http_wire import HeaderParam, SseParser
+from gateway.core import upstream_checks
+from gateway.log_limit import LogLimiter
 
 log = structlog.get_logger("gateway.backs.http")
 
@@ -116,6 +118,8 @@ class HttpServerConnection:
         # Server requests that came on the GET stream, until answered: 2025-11-25
         # says those are unrelated to any running call, so none may claim them.
         self._unattached: set[wire.RequestId] = set()
+        # A server that sends junk in a loop gets one log line a minute.
+        self._junk_log = LogLimiter(log)
         # Which request's response stream each queued notification came on,
         # by message identity; handed over per batch (`stream_of`).
         self._origins: dict[int, wire.RequestId] = {}
@@ -218,8 +222,10 @@ class HttpServerConnection:
         one exchange must not take the whole task group, and the gateway, down."""
         try:
             await fn(*args)
-        except Exception:
-            log.exception("upstream http task failed", task=fn.__name__, url=self.url)
+        except Exception as exc:  # a bug must not take the gateway down; one line, no traceback
+            log.error(
+                "upstream http task failed", task=fn.__name__, url=self.url, error=_describe(exc)
+            )
 
     def _push(self, msg: wire.Message) -> None:
         self._ready.append(msg)
@@ -396,20 +402,25 @@ class HttpServerConnection:
             if await self._read_events(resp, deliver, until=msg_id):
                 return None
             return _Refused(http_wire.failure_reply(msg_id, "stream ended without a reply"), None)
-        body = await self._read_body(resp)
+        body = await self._read_reply_body(msg_id, resp)
+        if isinstance(body, _Refused):
+            return body
         if resp.status_code == 202 or not body:
-            return _Refused(
-                http_wire.failure_reply(msg_id, f"HTTP {resp.status_code} with no reply"), None
-            )
+            why = f"HTTP {resp.status_code} with no reply to a request"
+            return _Refused(upstream_checks.malformed_reply(msg_id, why), None)
         if ctype != "application/json":
-            return _Refused(http_wire.failure_reply(msg_id, f"unexpected {ctype or 'body'}"), None)
+            why = f"unexpected content type {ctype or '(none)'}"
+            return _Refused(upstream_checks.malformed_reply(msg_id, why), None)
         try:
             value = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return _Refused(http_wire.failure_reply(msg_id, "reply is not JSON"), None)
+            return _Refused(
+                upstream_checks.malformed_reply(msg_id, "the HTTP body is not JSON"), None
+            )
+        deep = upstream_checks.may_nest_too_deep(body)
         got_reply = False
         for item in value if isinstance(value, list) else [value]:
-            message = self._decode(item, body)
+            message = self._decode(upstream_checks.screen_value(item, deep=deep), body)
             if message is not None:
                 got_reply |= "method" not in message and message.get("id") == msg_id
                 deliver(message)
@@ -444,25 +455,48 @@ class HttpServerConnection:
     ) -> bool:
         if event.event != "message" or not event.data.strip():
             return False  # priming events (an id, empty data), retry hints
-        try:
-            value = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            log.warning("upstream sent a non-JSON SSE event", data=event.data[:200])
-            return False
-        message = self._decode(value, event.data)
+        message = self._decode(upstream_checks.screen_line(event.data), event.data)
         if message is None:
             return False
         deliver(message)
         return until is not None and "method" not in message and message.get("id") == until
 
-    @staticmethod
-    def _decode(value: object, raw: bytes | str) -> wire.Message | None:
+    def _decode(
+        self, outcome: wire.Message | upstream_checks.Refused, raw: bytes | str
+    ) -> wire.Message | None:
+        """A screened message, or what stands in for a refused one: the error
+        for the call it names (None if it names none). A malformed request of
+        the server's is answered here."""
+        if not isinstance(outcome, upstream_checks.Refused):
+            return outcome
+        self._junk_log.warning(
+            "upstream sent a malformed message",
+            reason=outcome.reason,
+            data=raw[:200] if isinstance(raw, str) else raw[:200].decode("utf-8", "replace"),
+            url=self.url,
+        )
+        if outcome.to_server is not None:
+            self._spawn(self._post_message, outcome.to_server)
+        return outcome.to_call
+
+    async def _read_reply_body(self, msg_id: wire.RequestId, resp: Response) -> bytes | _Refused:
+        """A request's JSON reply body, or the refusal its caller gets when
+        the body is over the size limit or breaks off."""
+        chunks: list[bytes] = []
+        size = 0
         try:
-            wire.check_nesting(value, raw)
-            return wire.validate(value)
-        except wire.InvalidMessage as exc:
-            log.warning("upstream sent a non-MCP message", reason=exc.reason)
-            return None
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > self._max_bytes:
+                    self._junk_log.warning(
+                        "upstream HTTP body over the size limit dropped", size=size, url=self.url
+                    )
+                    why = f"the reply is over the {self._max_bytes}-byte message limit"
+                    return _Refused(upstream_checks.malformed_reply(msg_id, why), None)
+                chunks.append(chunk)
+        except HttpClientError as exc:
+            return _Refused(http_wire.failure_reply(msg_id, _describe(exc)), None)
+        return b"".join(chunks)
 
     async def _read_body(self, resp: Response) -> bytes | None:
         """The body, or None if it is over the message size limit (or breaks)."""

@@ -255,6 +255,7 @@ class SseParser:
     _retry: int | None = None
     _started: bool = False
     _skipping: bool = False
+    _scanned: int = 0  # the buffer holds no line end before this
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         self._buf += chunk
@@ -263,24 +264,32 @@ class SseParser:
             if self._buf.startswith(b"\xef\xbb\xbf"):
                 del self._buf[:3]
         out: list[SseEvent] = []
+        buf = self._buf
+        size = len(buf)
         start = 0
-        while True:  # each pass takes one complete line
-            cr, lf = self._buf.find(b"\r", start), self._buf.find(b"\n", start)
-            ends = [i for i in (cr, lf) if i >= 0]
-            if not ends:
-                break
-            end = min(ends)
-            if end == cr:
-                if end + 1 == len(self._buf):
+        # Each search starts where the last one left off, and a buffered
+        # partial line is not searched again: many short events in one chunk,
+        # or one long line over many, cost one scan, not one per line.
+        cr, lf = buf.find(b"\r", self._scanned), buf.find(b"\n", self._scanned)
+        while cr >= 0 or lf >= 0:  # each pass takes one complete line
+            if lf < 0 or 0 <= cr < lf:
+                if cr + 1 == size:
                     break  # a CR at the end may be half of a CRLF
-                step = 2 if self._buf[end + 1] == 0x0A else 1
+                end, step = cr, 2 if buf[cr + 1] == 0x0A else 1
             else:
-                step = 1
-            self._line(bytes(self._buf[start:end]), out)
+                end, step = lf, 1
+            self._line(bytes(buf[start:end]), out)
             start = end + step
-        del self._buf[:start]
-        if len(self._buf) > self.max_bytes:  # a line without end: stop buffering it
-            self._buf.clear()
+            if 0 <= cr < start:
+                cr = buf.find(b"\r", start)
+            if 0 <= lf < start:
+                lf = buf.find(b"\n", start)
+        del buf[:start]
+        # What is left holds no line end, but for a CR at its very end.
+        self._scanned = cr - start if cr >= 0 else len(buf)
+        if len(buf) > self.max_bytes:  # a line without end: stop buffering it
+            buf.clear()
+            self._scanned = 0
             self._skip()
         return out
 
@@ -291,6 +300,7 @@ class SseParser:
         if self._buf:
             self._line(bytes(self._buf.rstrip(b"\r")), out)
             self._buf.clear()
+        self._scanned = 0
         self._line(b"", out)
         return out
 

@@ -21,6 +21,8 @@ import anyio
 import structlog
 
 from gateway import wire
+from gateway.core import upstream_checks
+from gateway.log_limit import LogLimiter
 from gateway.pipes import PipeReader, PipeWriter
 
 log = structlog.get_logger("gateway.backs.stdio")
@@ -67,6 +69,63 @@ class ServerExited(Exception):
         self.stderr = list(stderr)
 
 
+class ServerOutput:
+    """What a stdio server writes, as messages: framed by lines (bounded by
+    `max_bytes`) and screened (gateway.core.upstream_checks). A refused line
+    is logged (at most once a minute), stands in as an error for the call it
+    names, and a malformed request of the server's is answered with `reply`."""
+
+    def __init__(
+        self, max_bytes: int, reply: Callable[[wire.Message], None], *, label: str
+    ) -> None:
+        self._splitter = wire.LineSplitter(max_bytes)
+        self._max_bytes = max_bytes
+        self._reply = reply
+        self._label = label
+        # A server that writes junk in a loop gets one log line a minute.
+        self._junk_log = LogLimiter(log)
+
+    def feed(self, chunk: bytes) -> list[wire.Message]:
+        return self._take(self._splitter.feed(chunk))
+
+    def close(self) -> list[wire.Message]:
+        return self._take(self._splitter.close())
+
+    def _take(self, items: list[bytes | wire.Oversized]) -> list[wire.Message]:
+        out: list[wire.Message] = []
+        for item in items:
+            if isinstance(item, wire.Oversized):
+                # Its bytes are gone; its edges may still name the call it
+                # answered (otherwise that call ends with its timeout).
+                refused = upstream_checks.oversized(item, self._max_bytes)
+                self._junk_log.warning(
+                    "upstream message over the size limit dropped",
+                    size=item.size,
+                    call_failed=refused.to_call is not None,
+                    session=self._label,
+                )
+                if refused.to_call is not None:
+                    out.append(refused.to_call)
+                continue
+            outcome = upstream_checks.screen_line(item)
+            if not isinstance(outcome, upstream_checks.Refused):
+                out.append(outcome)
+                continue
+            # 2026-07-28 stdio: a server must write only MCP messages; a stray
+            # or malformed line is the server's bug, not a reason to stop.
+            self._junk_log.warning(
+                "upstream sent a malformed message",
+                reason=outcome.reason,
+                line=item[:200].decode("utf-8", "replace"),
+                session=self._label,
+            )
+            if outcome.to_call is not None:
+                out.append(outcome.to_call)
+            if outcome.to_server is not None:
+                self._reply(outcome.to_server)
+        return out
+
+
 class StdioServerProcess:
     def __init__(
         self, popen: subprocess.Popen[bytes], command: Sequence[str], max_bytes: int
@@ -80,7 +139,7 @@ class StdioServerProcess:
         self._stderr = PipeReader(popen.stderr.fileno())
         self._pidfd = os.pidfd_open(popen.pid)
         self._exit_lock = anyio.Lock(fast_acquire=True)
-        self._splitter = wire.LineSplitter(max_bytes)
+        self._output = ServerOutput(max_bytes, self._reply_quietly, label=f"pid {self.pid}")
         self._ready: deque[wire.Message] = deque()
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_done = anyio.Event()
@@ -173,21 +232,15 @@ class StdioServerProcess:
             chunk = await self._stdout.read()
             if not chunk:
                 self._eof = True
-                self._take(self._splitter.close())
+                self._ready.extend(self._output.close())
             else:
-                self._take(self._splitter.feed(chunk))
+                self._ready.extend(self._output.feed(chunk))
 
-    def _take(self, items: list[bytes | wire.Oversized]) -> None:
-        for item in items:
-            if isinstance(item, wire.Oversized):
-                log.warning("upstream message over the size limit dropped", size=item.size)
-                continue
-            try:
-                self._ready.append(wire.decode(item))
-            except wire.InvalidMessage as exc:
-                # 2026-07-28 stdio: a server must write only MCP messages; a
-                # stray line is the server's bug, not a reason to stop.
-                log.warning("upstream wrote a non-MCP line", reason=exc.reason, line=item[:200])
+    def _reply_quietly(self, msg: wire.Message) -> None:
+        # The server's own malformed request is answered; if it is gone,
+        # the reader sees that on its own.
+        with contextlib.suppress(ServerExited):
+            self.send_nowait(msg)
 
     # -- background work ----------------------------------------------------
     async def run_background(self) -> None:

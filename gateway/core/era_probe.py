@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import era, wire
+from gateway.core import upstream_checks
 
 # Errors only a modern server sends (2026-07-28 "Error Codes").
 MODERN_ERRORS = frozenset(
@@ -57,6 +58,11 @@ def judge(reply: wire.Message, ours: tuple[str, ...] = era.MODERN_VERSIONS) -> P
         if isinstance(supported, list) and "capabilities" in result:
             common = [v for v in ours if v in supported]
             if common:
+                problem = upstream_checks.discover_problem(result)
+                if problem is not None:
+                    # Modern, but its DiscoverResult cannot be used: no profile.
+                    why = f"malformed DiscoverResult: {problem}"
+                    return ProbeVerdict(era.Era.MODERN, reason=why)
                 return ProbeVerdict(era.Era.MODERN, discover=result, reason="DiscoverResult")
             # DESIGN §4: modern, but nothing in common: use it as legacy if it can be.
             return ProbeVerdict(era.Era.LEGACY, reason=f"no common modern version in {supported}")

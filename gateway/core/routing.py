@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from gateway import era, translate, wire
+from gateway.core import upstream_checks
 from gateway.core.profile import UpstreamProfile
 
 
@@ -246,6 +247,12 @@ def shape_reply(
             error = translate.error_to_modern(error)
         return {"jsonrpc": "2.0", "id": client_id, "error": error}
     result = reply["result"]
+    if forward.shape is not Shape.PASS:
+        # Translating reads resultType; a value the gateway only passes on is
+        # the client's to judge.
+        problem = upstream_checks.result_type_problem(result)
+        if problem is not None:
+            return upstream_checks.malformed_reply(client_id, problem)
     if forward.method == "subscriptions/listen":
         result = _listen_closed_under(result, client_id)
     if forward.shape is Shape.TO_MODERN:

@@ -17,6 +17,7 @@ import structlog
 from gateway import wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
+from gateway.core import upstream_checks
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink, ForwardedServerRequest
 from gateway.runtime.upstream_session import UpstreamSession
@@ -45,6 +46,11 @@ class LegacyInputLoop:
             result = reply.get("result")
             if not isinstance(result, dict) or result.get("resultType") != "input_required":
                 return reply
+            problem = upstream_checks.input_required_problem(result)
+            if problem is not None:
+                return self._error(
+                    f"Upstream sent a malformed reply: {problem}", upstream_checks.MALFORMED
+                )
             requests = core.requests_for_legacy_client(
                 result.get("inputRequests") or {}, link.session.capabilities, link.session.version
             )
@@ -109,7 +115,9 @@ class LegacyInputLoop:
             await forwarded.done.wait()
         finally:
             link.server_requests.pop(gateway_id, None)
-        answer = forwarded.reply or {}
+        if forwarded.reply is None:
+            raise ClientRefused("The client went away before answering the server's request")
+        answer = forwarded.reply
         if "error" in answer:
             err = answer["error"]
             raise ClientRefused(

@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -43,6 +44,8 @@ log = structlog.get_logger("gateway.mrtr")
 
 STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
 FEATURES = frozenset(era.CLIENT_FEATURE_METHODS.values())
+# Server requests one bridged call may have waiting for its client at once.
+MAX_ASKS_PER_ROUND = 64
 # Honoured re-run states (replay, -32042 re-send) remembered until they expire,
 # so that each runs the call once: about 100 bytes each.
 REPLAY_STATES_REMEMBERED = 100_000
@@ -98,6 +101,9 @@ class MrtrBridge:
             raw = key.encode()
         self.sealer = Sealer(raw, config.instance_id or secrets.token_hex(6))
         self.held: dict[str, HeldEntry] = {}
+        # Parked calls whose upstream failed: their slot is free, and their
+        # retry gets this failure (oldest dropped first).
+        self._failed: OrderedDict[str, wire.Message] = OrderedDict()
         self.consumed = ConsumedStates(REPLAY_STATES_REMEMBERED)
         self.rounds = 0
 
@@ -189,7 +195,14 @@ class MrtrBridge:
             )
         assert self._tg is not None
         self._tg.start_soon(self._run_upstream, entry)
-        return await self._wait(msg_id, entry)
+        try:
+            return await self._wait(msg_id, entry)
+        except anyio.get_cancelled_exc_class():
+            # The client cancelled (or went away): the call's work stops, and
+            # the session it holds is free again (2026-07-28 "Cancellation").
+            with anyio.CancelScope(shield=True):
+                await self._close(entry, "cancelled by the client")
+            raise
 
     async def _run_upstream(self, entry: HeldEntry) -> None:
         # A parked call may wait for its client for state_ttl per round; this is
@@ -203,6 +216,12 @@ class MrtrBridge:
                     )
                 except (UpstreamGone, UpstreamTimeout) as exc:
                     entry.reply = failure_reply(exc)
+                    if self._parked(entry):
+                        # Nobody waits on it and it cannot be continued: free
+                        # its slot now, not when its state expires; its retry
+                        # still hears why.
+                        self._remember_failure(entry, entry.reply)
+                        self._forget(entry)
         finally:
             entry.session.lease.release_exclusive(entry)
             entry.finished.set()
@@ -336,16 +355,29 @@ class MrtrBridge:
     # -- server requests during a bridged call ------------------------------------
     async def on_server_request(self, entry: HeldEntry, msg: wire.Message) -> None:
         """A legacy server's request while `entry` holds its session."""
-        if entry.closed or entry.missing is not None:
-            # No client will answer any more. Once the call is being cancelled
-            # upstream the reply is left out: the server drops the request with
-            # the call, and a reply racing that teardown is what breaks it.
+        if entry.closed or entry.missing is not None or entry.finished.is_set():
+            # No client will answer any more (the call ended, or is ending,
+            # before this request could be served). Once the call is being
+            # cancelled upstream the reply is left out: the server drops the
+            # request with the call, and a reply racing that teardown is what
+            # breaks it.
             if not entry.runner.cancel_called:
                 await entry.session.respond(
                     wire.error_response(
                         msg["id"], wire.INTERNAL_ERROR, "No client answer: the call has ended"
                     )
                 )
+            return
+        if len(entry.call.asks) >= MAX_ASKS_PER_ROUND:
+            # One input_required carries them all: a server that asks without
+            # end must not grow it without end.
+            await entry.session.respond(
+                wire.error_response(
+                    msg["id"],
+                    wire.INTERNAL_ERROR,
+                    f"Too many requests for client input at once (limit {MAX_ASKS_PER_ROUND})",
+                )
+            )
             return
         outcome = entry.call.add_ask(msg)
         if isinstance(outcome, core.Prefilled):
@@ -421,6 +453,9 @@ class MrtrBridge:
             call = self._new_call(link, msg, decision, replay=answers, replay_round=claims.round)
             return await self._run(msg_id, HeldEntry(call, link, decision, session))
         entry = self.held.get(claims.handle)
+        failed = self._failed.pop(claims.handle, None) if entry is None else None
+        if failed is not None:
+            return {**failed, "id": msg_id}
         if entry is None or entry.closed:
             return _invalid(
                 msg_id,
@@ -498,6 +533,17 @@ class MrtrBridge:
             self._tg.start_soon(self._watch, entry, deadline)
         else:
             entry.watch.deadline = deadline
+
+    def _remember_failure(self, entry: HeldEntry, reply: wire.Message) -> None:
+        assert entry.call.handle is not None
+        self._failed[entry.call.handle] = reply
+        while len(self._failed) > self.config.max_parked_calls:  # bounded like the slots
+            self._failed.popitem(last=False)
+
+    def _parked(self, entry: HeldEntry) -> bool:
+        """Parked for its client's retry, and no retry is in progress."""
+        handle = entry.call.handle
+        return handle is not None and self.held.get(handle) is entry and not entry.busy
 
     def _hold_watch(self, entry: HeldEntry) -> None:
         if entry.watch is not None:

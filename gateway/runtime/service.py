@@ -5,6 +5,7 @@ This is the one layer that awaits; every wait in it has a bound."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -13,9 +14,10 @@ import structlog
 from gateway import era, inbound, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
-from gateway.core import routing
+from gateway.core import routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
+from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import (
     CURRENT_REQUEST,
     ClientLink,
@@ -76,6 +78,9 @@ class GatewayService:
         self.pool.in_use = self.listens.holds
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
+        # What a misbehaving server sends can repeat without end: one line a minute.
+        self._junk_log = LogLimiter(log)
+        self._refusals_log = LogLimiter(log)
 
     # -- client side -----------------------------------------------------
     async def handle_client_message(
@@ -556,20 +561,69 @@ class GatewayService:
     async def _on_server_message(self, session: UpstreamSession, msg: wire.Message) -> None:
         """Runs on the upstream reader: never blocks for long."""
         if "id" in msg:
+            refusal = upstream_checks.server_request_problem(msg)
+            if refusal is not None:
+                self._junk_log.warning(
+                    "server request with bad params refused",
+                    method=msg["method"][:100],
+                    error=refusal["error"]["message"],
+                    session=session.label,
+                )
+                await session.respond(refusal)
+                return
             if msg["method"] == "ping":
                 # DESIGN §5.1.5: the gateway answers the legacy server's ping itself.
                 await session.respond(wire.result_response(msg["id"], {}))
                 return
+            limit = self.config.max_inflight_per_client
+            if session.serving >= limit:
+                # Each one waits for a client for up to request_timeout: a
+                # server that asks without end must not pile them up.
+                self._junk_log.warning(
+                    "server requests over the limit refused", limit=limit, session=session.label
+                )
+                await session.respond(
+                    wire.error_response(
+                        msg["id"],
+                        wire.INTERNAL_ERROR,
+                        f"Too many requests in progress (limit {limit})",
+                    )
+                )
+                return
             assert self._tg is not None
-            self._tg.start_soon(self._serve_server_request, session, msg)
+            # Who a request can belong to is read now, in wire order: by the
+            # time its task runs, the reader may have delivered the reply
+            # that ended the call it came during.
+            claim = _Claim.at_arrival(session, self._sole_owner(session))
+            session.serving += 1
+            self._tg.start_soon(self._serve_server_request, session, msg, claim)
+            return
+        problem = upstream_checks.notification_problem(msg)
+        if problem is not None:
+            self._junk_log.warning(
+                "malformed server notification dropped",
+                method=msg["method"][:100],
+                why=problem,
+                session=session.label,
+            )
             return
         await self._route_server_notification(session, msg)
 
-    async def _serve_server_request(self, session: UpstreamSession, msg: wire.Message) -> None:
+    async def _serve_server_request(
+        self, session: UpstreamSession, msg: wire.Message, claim: _Claim
+    ) -> None:
+        try:
+            await self._serve_claimed(session, msg, claim)
+        finally:
+            session.serving -= 1
+
+    async def _serve_claimed(
+        self, session: UpstreamSession, msg: wire.Message, claim: _Claim
+    ) -> None:
         msg_id = msg["id"]
         method = msg["method"]
         feature = era.CLIENT_FEATURE_METHODS.get(method)
-        holder = session.lease.holder
+        holder = claim.holder
         if feature is None:
             reply: wire.Message | None = wire.error_response(
                 msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method}"
@@ -579,8 +633,8 @@ class GatewayService:
             await self.bridge.on_server_request(holder, msg)
             return
         else:
-            owner = holder if isinstance(holder, ClientLink) else self._sole_owner(session)
-            reply = await self._serve_for(owner, session, msg, feature)
+            owner = holder if isinstance(holder, ClientLink) else claim.sole_owner
+            reply = await self._serve_for(owner, session, msg, feature, claim.calls)
         if reply is not None:
             await session.respond(reply)
 
@@ -595,7 +649,12 @@ class GatewayService:
         return owner if isinstance(owner, ClientLink) else None
 
     async def _serve_for(
-        self, owner: ClientLink | None, session: UpstreamSession, msg: wire.Message, feature: str
+        self,
+        owner: ClientLink | None,
+        session: UpstreamSession,
+        msg: wire.Message,
+        feature: str,
+        calls_at_arrival: dict[object, list[int]],
     ) -> wire.Message | None:
         msg_id = msg["id"]
         method = msg["method"]
@@ -613,7 +672,7 @@ class GatewayService:
         elif owner is None:
             why = "no single client call it can belong to"
         else:
-            calls = session.calls_of(owner)
+            calls = calls_at_arrival.get(owner, [])
             missing = mrtr_core.check_capability({}, method, msg.get("params"))
             # A request from the HTTP GET stream names no call (2025-11-25: it
             # SHOULD be unrelated to running ones; server-everything asks for
@@ -627,7 +686,7 @@ class GatewayService:
                 session.fail_call(calls[0], missing.error(0))
                 return None
             why = "no call of the modern client that can take it is in progress"
-        log.info("server request refused", method=method, why=why)
+        self._refusals_log.info("server request refused", method=method[:100], why=why)
         return wire.error_response(msg_id, wire.METHOD_NOT_FOUND, f"{method} refused: {why}")
 
     async def _ask_legacy_client(
@@ -652,8 +711,12 @@ class GatewayService:
             return wire.error_response(msg["id"], wire.INTERNAL_ERROR, "the client went away")
         finally:
             link.server_requests.pop(gateway_id, None)
-        if forwarded.cancelled or forwarded.reply is None:
+        if forwarded.cancelled:
             return None
+        if forwarded.reply is None:
+            # The client went away (drop_link) without answering: the server
+            # still needs an answer, or it waits for one forever.
+            return wire.error_response(msg["id"], wire.INTERNAL_ERROR, "the client went away")
         answer = dict(forwarded.reply)
         answer["id"] = msg["id"]
         return answer
@@ -793,6 +856,26 @@ class GatewayService:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """Who could own a server request when it arrived: the session's lease
+    holder, the one client with calls on it (if only one), and their calls."""
+
+    holder: object | None
+    sole_owner: ClientLink | None
+    calls: dict[object, list[int]]
+
+    @classmethod
+    def at_arrival(cls, session: UpstreamSession, sole_owner: ClientLink | None) -> _Claim:
+        owner = session.lease.holder
+        if not isinstance(owner, ClientLink):
+            owner = sole_owner
+        calls: dict[object, list[int]] = {}
+        if owner is not None:
+            calls[owner] = session.calls_of(owner)
+        return cls(session.lease.holder, sole_owner, calls)
 
 
 def _legacy_client_wants_log(link: ClientLink, session: UpstreamSession, level: str) -> bool:

@@ -38,11 +38,16 @@ class SessionLease:
 
     async def acquire_exclusive(self, holder: object) -> None:
         self._waiting_writers += 1
+        acquired = False
         try:
             while self.holder is not None or self.readers:  # each pass waits for a change
                 await self._changed.wait()
+            acquired = True
         finally:
             self._waiting_writers -= 1
+            if not acquired:
+                # Given up (timeout, cancel): readers it held back may go now.
+                self._notify()
         self.holder = holder
 
     def release_exclusive(self, holder: object) -> None:

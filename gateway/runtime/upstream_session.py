@@ -13,10 +13,21 @@ import anyio
 import structlog
 
 from gateway import era, wire
+from gateway.backs.http_back import HttpConnectionEnded
+from gateway.backs.stdio_back import ServerExited
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.session_lease import SessionLease
 
 log = structlog.get_logger("gateway.upstream")
+
+# How each transport says its connection is over when written to.
+CONNECTION_LOST = (
+    ServerExited,
+    HttpConnectionEnded,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
 
 # Seconds a server has to end a call by itself, once told that no client answer
 # will come, before the gateway cancels it. Real SDKs break when a cancellation
@@ -161,6 +172,8 @@ class UpstreamSession:
         self.pending: dict[int, PendingCall] = {}
         self.progress: dict[str, ProgressRoute] = {}
         self.upstream_log_level: str | None = None
+        # Server requests being served (each may wait for a client).
+        self.serving = 0
         self.closed_reason: str | None = None
         self.lease = SessionLease()
         self.started = time.monotonic()
@@ -352,12 +365,24 @@ class UpstreamSession:
                 log.debug("could not send cancellation upstream", error=str(exc))
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
-        if self.closed_reason is None:
+        """Send a notification; UpstreamGone if the connection is over."""
+        if self.closed_reason is not None:
+            return
+        try:
             await self.channel.send(wire.notification(method, params))
+        except CONNECTION_LOST as exc:
+            raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
 
     async def respond(self, msg: wire.Message) -> None:
-        if self.closed_reason is None:
+        """Answer a server request. A server that went away meanwhile has
+        nobody left to answer: its exit reaches the reader on its own, so
+        the answer is dropped here rather than fail whoever was answering."""
+        if self.closed_reason is not None:
+            return
+        try:
             await self.channel.send(msg)
+        except CONNECTION_LOST as exc:
+            log.debug("answer to a departed server dropped", session=self.label, error=str(exc))
 
     async def run_reader(
         self, on_server_message: ServerMessageHandler, corker: Corker | None = None
