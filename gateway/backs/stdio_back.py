@@ -47,6 +47,12 @@ def _die_with_parent() -> None:
 # this many lines, each cut to this many bytes.
 STDERR_TAIL_LINES = 10
 STDERR_LINE_BYTES = 400
+# The server's stderr goes to the log (at info), but a chatty or looping
+# server must not flood it: this many lines per interval, each cut to this
+# many bytes; the next line logged after a quiet spell says how many were not.
+STDERR_LOG_BURST = 50
+STDERR_LOG_INTERVAL = 10.0
+STDERR_LOG_BYTES = 2000
 # How many of those lines an error message quotes, and how long it waits for
 # the pipe to be read to its end after the exit (a child that inherited it may
 # hold it open).
@@ -142,6 +148,7 @@ class StdioServerProcess:
         self._output = ServerOutput(max_bytes, self._reply_quietly, label=f"pid {self.pid}")
         self._ready: deque[wire.Message] = deque()
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_log = LogLimiter(log, STDERR_LOG_INTERVAL, burst=STDERR_LOG_BURST)
         self._stderr_done = anyio.Event()
         self._eof = False
         self._closed = False
@@ -266,7 +273,9 @@ class StdioServerProcess:
             if isinstance(line, bytes):
                 text = line.decode("utf-8", "replace")
                 self._stderr_tail.append(text[:STDERR_LINE_BYTES])
-                log.info("upstream stderr", pid=self.pid, line=text)
+                self._stderr_log.info(
+                    "upstream stderr", pid=self.pid, line=text[:STDERR_LOG_BYTES]
+                )
 
     async def last_words(self, timeout: float = STDERR_SETTLE_SECONDS) -> list[str]:
         """The last lines the server wrote to stderr, once the pipe has been

@@ -18,9 +18,16 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import wire
+from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import CURRENT_REQUEST
 
 log = structlog.get_logger("gateway.fronts.http")
+# A client that reads its stream slowly while the server sends notifications
+# fast must not make the gateway queue without end: past this many messages
+# waiting on one stream, its notifications (progress, logs, list changes) are
+# dropped, counted in the log; replies and server requests always go through.
+MAX_QUEUED = 1024
+dropped_log = LogLimiter(log)
 
 Stream = MemoryObjectSendStream[wire.Message]
 
@@ -68,6 +75,13 @@ class HttpOutput:
         stream = self._target(msg)
         if stream is None:
             log.debug("message for a client with no open stream dropped", method=msg.get("method"))
+            return
+        if "id" not in msg and stream.statistics().current_buffer_used >= MAX_QUEUED:
+            dropped_log.warning(
+                "notifications dropped for a client that reads too slowly",
+                method=msg.get("method"),
+                queued=MAX_QUEUED,
+            )
             return
         try:
             stream.send_nowait(msg)

@@ -14,11 +14,15 @@ from anyio.abc import TaskGroup
 from gateway import wire
 from gateway.config import Config
 from gateway.fronts.stdio_front import BadLine, StdioFront
+from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_pool import Connector
 
 log = structlog.get_logger("gateway.stdio")
+# A client that writes junk in a loop gets its error replies, and the log one
+# line a minute with a count (never a line per bad line).
+bad_input_log = LogLimiter(log)
 
 
 async def serve_stdio(
@@ -100,7 +104,7 @@ async def _read_loop(
         try:
             for item in batch:
                 if isinstance(item, BadLine):
-                    log.warning("bad input from client", reason=item.reason)
+                    bad_input_log.warning("bad input from client", reason=item.reason)
                     if item.reply is not None:
                         front.send_nowait(item.reply)
                     continue
