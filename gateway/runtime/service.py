@@ -40,6 +40,7 @@ from gateway.runtime.upstream_session import (
     UpstreamUnavailable,
     failure_reply,
 )
+from gateway.translate import CacheHint
 
 log = structlog.get_logger("gateway")
 
@@ -78,6 +79,8 @@ class GatewayService:
         self.pool.in_use = self.listens.holds
         self.legacy_input = LegacyInputLoop(config, self._forward)
         self.links: set[ClientLink] = set()
+        self._discover_hint = config.cache_hint("server/discover")
+        self._hints: dict[tuple[str, bool], CacheHint] = {}
         # What a misbehaving server sends can repeat without end: one line a minute.
         self._junk_log = LogLimiter(log)
         self._refusals_log = LogLimiter(log)
@@ -157,7 +160,7 @@ class GatewayService:
             msg,
             link.session,
             profile,
-            self.config.cache_hint("server/discover"),
+            self._discover_hint,
             self.config.passthrough_methods,
         )
         if isinstance(decision, routing.Reply):
@@ -392,7 +395,7 @@ class GatewayService:
             msg,
             link.session,
             profile,
-            self.config.cache_hint("server/discover"),
+            self._discover_hint,
             self.config.passthrough_methods,
         )
         if isinstance(decision, routing.Reply) and decision.opens_session is not None:
@@ -442,10 +445,20 @@ class GatewayService:
             reply,
             client_id,
             profile,
-            self.config.cache_hint(
-                decision.method, subs_core.notifies_changes(decision.method, profile.capabilities)
-            ),
+            self._cache_hint(decision.method, profile),
         )
+
+    def _cache_hint(self, method: str, profile: UpstreamProfile) -> CacheHint | None:
+        """The cache hints for a translated result of `method` (None for a
+        method whose results carry none), computed once per method: this runs
+        for every reply."""
+        if method not in era.CACHEABLE:
+            return None
+        notified = subs_core.notifies_changes(method, profile.capabilities)
+        hint = self._hints.get((method, notified))
+        if hint is None:
+            hint = self._hints[(method, notified)] = self.config.cache_hint(method, notified)
+        return hint
 
     async def _forward(
         self,
