@@ -181,6 +181,15 @@ def check_modern_meta(
             wire.INVALID_PARAMS,
             f"Invalid params: _meta[{LOG_LEVEL!r}] must be one of {', '.join(LOG_LEVELS)}",
         )
+    return check_modern_version(msg_id, version, supported)
+
+
+def check_modern_version(
+    msg_id: wire.RequestId | None, version: str, supported: tuple[str, ...] = MODERN_VERSIONS
+) -> wire.Message | None:
+    """2026-07-28 "Protocol Version Negotiation": -32022 for a version we do
+    not speak (the rest of `check_modern_meta`, for a request whose `_meta`
+    shapes were already checked where it came in)."""
     if version not in supported:
         return wire.error_response(
             msg_id,

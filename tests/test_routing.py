@@ -98,6 +98,11 @@ def test_modern_request_validation_happens_at_the_gateway() -> None:
     d = routing.route_request(old, None, LEGACY, HINT)
     assert isinstance(d, routing.Reply)
     assert d.message["error"]["code"] == wire.UNSUPPORTED_PROTOCOL_VERSION
+    # Shapes already checked where the message came in: the version still is.
+    d = routing.route_request(old, None, LEGACY, HINT, shapes_checked=True)
+    assert isinstance(d, routing.Reply)
+    assert d.message["error"]["code"] == wire.UNSUPPORTED_PROTOCOL_VERSION
+    assert d.message["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
 
 
 def test_modern_to_modern_passes_through_untouched() -> None:

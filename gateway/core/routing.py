@@ -70,13 +70,23 @@ def route_request(
     profile: UpstreamProfile,
     discover_cache: translate.CacheHint,
     passthrough: frozenset[str] = frozenset(),
+    *,
+    shapes_checked: bool = False,
 ) -> Decision:
     """`passthrough`: extra methods (vendor extensions) a modern client may send
-    to a legacy server as they are."""
+    to a legacy server as they are. `shapes_checked`: the message passed
+    `inbound.problem` where it came in, so its `_meta` types need no second look."""
     msg_id: wire.RequestId = msg["id"]
     method: str = msg["method"]
     params: dict[str, Any] | None = msg.get("params")
     if era.is_modern(msg):
+        if shapes_checked:
+            version = msg["params"]["_meta"][era.PROTOCOL_VERSION]
+            problem = era.check_modern_version(msg_id, version)
+        else:
+            problem = era.check_modern_meta(msg)
+        if problem is not None:
+            return Reply(problem)
         return _route_modern(msg, msg_id, method, params, profile, discover_cache, passthrough)
     if method == "initialize":
         return _open_session(msg_id, params, session, profile)
@@ -145,9 +155,6 @@ def _route_modern(
     discover_cache: translate.CacheHint,
     passthrough: frozenset[str],
 ) -> Decision:
-    problem = era.check_modern_meta(msg)
-    if problem is not None:
-        return Reply(problem)
     if method in era.REMOVED_IN_MODERN:
         return _method_not_found(msg_id, method, f"removed in protocol {era.NEWEST_MODERN}")
     meta = era.meta_of(msg) or {}

@@ -162,6 +162,7 @@ class GatewayService:
             profile,
             self._discover_hint,
             self.config.passthrough_methods,
+            shapes_checked=True,  # handle_client_message ran inbound.problem
         )
         if isinstance(decision, routing.Reply):
             if decision.opens_session is not None:
@@ -397,6 +398,7 @@ class GatewayService:
             profile,
             self._discover_hint,
             self.config.passthrough_methods,
+            shapes_checked=True,  # handle_client_message ran inbound.problem
         )
         if isinstance(decision, routing.Reply) and decision.opens_session is not None:
             link.session = decision.opens_session
