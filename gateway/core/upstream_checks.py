@@ -90,6 +90,9 @@ def screen_line(data: bytes | str) -> wire.Message | Refused:
     return screen_value(value, deep=may_nest_too_deep(data))
 
 
+_ID_TYPES = (int, str)
+
+
 def screen_value(value: object, *, deep: bool = True) -> wire.Message | Refused:
     """A decoded value from the server: the message, or why it is refused.
 
@@ -97,6 +100,15 @@ def screen_value(value: object, *, deep: bool = True) -> wire.Message | Refused:
     """
     if deep and nested_too_deep(value):
         return _too_deep(value)
+    if (
+        type(value) is dict
+        and type(value.get("result")) is dict
+        and value.get("jsonrpc") == "2.0"
+        and type(value.get("id")) in _ID_TYPES
+        and "error" not in value
+        and "method" not in value
+    ):
+        return value  # a well-formed result, the shape nearly every reply has
     try:
         msg = wire.validate(value)
     except wire.InvalidMessage as exc:
