@@ -567,7 +567,7 @@ for line in sys.stdin:
         if name == "close-stdout":
             sys.stdout.flush()
             os.close(1)
-            time.sleep(0.3)
+            time.sleep(0.3)  # the case under test: stdout closed, the process not yet gone
             sys.exit(0)
         if name == "say-then-die":
             print(json.dumps({"jsonrpc": "2.0", "id": msg["id"],

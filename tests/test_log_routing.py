@@ -10,8 +10,6 @@ legacy server whose tool logs while several calls overlap.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -20,11 +18,8 @@ import orjson
 import pytest
 
 from gateway import era, wire
-from gateway.config import Config
-from gateway.fronts.http_front import HttpFront
-from gateway.runtime.metrics import Metrics
-from gateway.runtime.service import GatewayService
-from tests.scripted import Behaviour, ScriptedServer, Upstream, legacy_server
+from tests.inprocess import http_gateway
+from tests.scripted import Behaviour, ScriptedServer, legacy_server
 
 pytestmark = pytest.mark.anyio
 
@@ -68,27 +63,6 @@ def chatty(first: Barrier, second: Barrier) -> Behaviour:
     return legacy_server(
         {"tools/call": talk, "logging/setLevel": set_level}, capabilities=LOGGING_CAPS
     )
-
-
-@asynccontextmanager
-async def http_gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[httpx.AsyncClient]:
-    cfg = Config(
-        command=("scripted",),
-        **{"probe_timeout": 0.5, "request_timeout": 5, "listen": "127.0.0.1:0", **config},
-    )
-    async with anyio.create_task_group() as tg:
-        upstream = Upstream(behaviour, tg)
-        service = GatewayService(cfg, connect=upstream.connect)
-        front = HttpFront(service, Metrics())
-        front.tg = tg
-        await service.start(tg)
-        transport = httpx.ASGITransport(app=front)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://127.0.0.1", timeout=10
-        ) as client:
-            yield client
-        await service.aclose()
-        tg.cancel_scope.cancel()
 
 
 def talk(msg_id: int, who: str, level: str | None) -> dict[str, Any]:
@@ -142,7 +116,8 @@ async def test_overlapping_calls_on_one_legacy_session_leak_no_logs() -> None:
     the other calls' messages". The server's messages name no call, and two
     calls asked for them: the gateway cannot tell whose they are, so it
     delivers them to neither, and never to the call that asked for none."""
-    async with http_gateway(chatty(Barrier(3), Barrier(3))) as client:
+    async with http_gateway(chatty(Barrier(3), Barrier(3))) as gw:
+        client = gw.client
         a, b, c = await post_all(
             client, [talk(1, "a", "debug"), talk(2, "b", "debug"), talk(3, "c", None)]
         )
@@ -157,7 +132,8 @@ async def test_a_lone_call_gets_the_logs_at_the_level_it_asked() -> None:
     """2026-07-28 logging: messages for a request "at or above the requested
     level". With one client call in progress on the session, the messages
     provably belong to it."""
-    async with http_gateway(chatty(Barrier(1), Barrier(1))) as client:
+    async with http_gateway(chatty(Barrier(1), Barrier(1))) as gw:
+        client = gw.client
         (a,) = await post_all(client, [talk(1, "a", "info")])
         (quiet,) = await post_all(client, [talk(2, "q", None)])
     assert logs(a) == ["a-info"]
@@ -169,7 +145,8 @@ async def test_a_call_that_asked_gets_nothing_it_cannot_be_sure_is_its_own() -> 
     call that did not ask". One call asked, another that did not ask runs
     alongside on the same legacy stdio session: either may have caused a
     message, so neither gets it."""
-    async with http_gateway(chatty(Barrier(2), Barrier(2))) as client:
+    async with http_gateway(chatty(Barrier(2), Barrier(2))) as gw:
+        client = gw.client
         a, c = await post_all(client, [talk(1, "a", "debug"), talk(2, "c", None)])
     assert logs(c) == []
     assert logs(a) == []

@@ -222,7 +222,9 @@ class HttpServerConnection:
         one exchange must not take the whole task group, and the gateway, down."""
         try:
             await fn(*args)
-        except Exception as exc:  # a bug must not take the gateway down; one line, no traceback
+        # Any failure: a call still waiting was already answered with a gateway
+        # error by _run_request; here the operator gets one line, no traceback.
+        except Exception as exc:
             log.error(
                 "upstream http task failed", task=fn.__name__, url=self.url, error=_describe(exc)
             )
