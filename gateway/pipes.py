@@ -9,6 +9,7 @@ produced leaves in one system call. A `drain` await gives backpressure.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import os
@@ -38,36 +39,113 @@ def make_nonblocking(fd: int) -> bool:
 
 
 class PipeReader:
+    """Reads one fd. On asyncio the fd stays registered with the loop between
+    reads and the readiness callback reads the chunk itself, as asyncio's own
+    pipe transports do: `anyio.wait_readable` registers and unregisters around
+    every wait (two `epoll_ctl` calls per message on a request/reply pipe),
+    and a waiter woken without its data would see the fd ready once more."""
+
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._async = make_nonblocking(fd)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[bytes] | None = None
+        # A chunk read for a `read` that was cancelled before it could return it.
+        self._kept: bytes | None = None
+        self._closed = False
 
     async def read(self) -> bytes:
-        """The next chunk; b"" at end of stream."""
+        """The next chunk; b"" at end of stream (or once `release`d)."""
         if not self._async:
             return await anyio.to_thread.run_sync(
                 os.read, self.fd, READ_CHUNK, abandon_on_cancel=True
             )
+        if self._kept is not None:
+            chunk, self._kept = self._kept, None
+            return chunk
+        if self._closed:
+            return b""
+        # Read before waiting: under load the next messages are usually
+        # there already, and a wait would cost a pass of the event loop.
         try:
-            return os.read(self.fd, READ_CHUNK)
+            return self._took(os.read(self.fd, READ_CHUNK))
         except BlockingIOError:
             pass
         except OSError as exc:
-            if exc.errno in (errno.EBADF, errno.EIO):
-                return b""
+            return self._took(self._read_error(exc))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend: its own readiness wait
+            return await self._read_portably()
+        if self._loop is None:
+            loop.add_reader(self.fd, self._on_readable)
+            self._loop = loop
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        self._waiter = waiter
+        try:
+            return self._took(await waiter)
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._kept = waiter.result()  # read, but not yet returned
             raise
+        finally:
+            self._waiter = None
+
+    def _took(self, chunk: bytes) -> bytes:
+        if not chunk:
+            self.release()
+        return chunk
+
+    def _read_error(self, exc: OSError) -> bytes:
+        if exc.errno in (errno.EBADF, errno.EIO):
+            return b""
+        raise exc
+
+    async def _read_portably(self) -> bytes:
+        while True:  # each pass reads once or waits for readiness
+            try:
+                await anyio.wait_readable(self.fd)
+            except anyio.ClosedResourceError:
+                return b""
+            try:
+                return self._took(os.read(self.fd, READ_CHUNK))
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                return self._took(self._read_error(exc))
+
+    def _on_readable(self) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            # Nobody is reading (the consumer is busy or gone): stop watching
+            # rather than have a level-triggered fd wake the loop every pass.
+            if self._loop is not None:
+                self._loop.remove_reader(self.fd)
+                self._loop = None
+            return
         try:
-            await anyio.wait_readable(self.fd)
-        except anyio.ClosedResourceError:
-            return b""  # the fd was closed under us (shutdown): end of stream
-        try:
-            return os.read(self.fd, READ_CHUNK)
+            chunk = os.read(self.fd, READ_CHUNK)
         except BlockingIOError:
-            return await self.read()
+            return
         except OSError as exc:
-            if exc.errno in (errno.EBADF, errno.EIO):
-                return b""
-            raise
+            try:
+                chunk = self._read_error(exc)
+            except OSError as raised:
+                waiter.set_exception(raised)
+                return
+        waiter.set_result(chunk)
+
+    def release(self) -> None:
+        """Stop watching the fd and wake a waiting `read` with end of stream.
+        Call before the fd is closed: a closed fd left registered could
+        alias the next file that gets its number."""
+        self._closed = True
+        if self._loop is not None:
+            self._loop.remove_reader(self.fd)
+            self._loop = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(b"")
 
 
 class PipeWriter:

@@ -273,9 +273,7 @@ class StdioServerProcess:
             if isinstance(line, bytes):
                 text = line.decode("utf-8", "replace")
                 self._stderr_tail.append(text[:STDERR_LINE_BYTES])
-                self._stderr_log.info(
-                    "upstream stderr", pid=self.pid, line=text[:STDERR_LOG_BYTES]
-                )
+                self._stderr_log.info("upstream stderr", pid=self.pid, line=text[:STDERR_LOG_BYTES])
 
     async def last_words(self, timeout: float = STDERR_SETTLE_SECONDS) -> list[str]:
         """The last lines the server wrote to stderr, once the pipe has been
@@ -304,7 +302,11 @@ class StdioServerProcess:
                 if await self._wait_exit(grace) is None:
                     self._signal(signal.SIGKILL)
                     await self._wait_exit(30)
-            for pipe in (self._popen.stdout, self._popen.stderr):
+            for reader, pipe in (
+                (self._stdout, self._popen.stdout),
+                (self._stderr, self._popen.stderr),
+            ):
+                reader.release()
                 self._close_fd(pipe)
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
