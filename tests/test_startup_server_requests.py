@@ -12,9 +12,11 @@ or an error) and logs why; a later call that can carry one bridges it as usual.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 import structlog.testing
 
@@ -23,12 +25,34 @@ from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_ser
 
 pytestmark = pytest.mark.anyio
 
+SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec"
+if not SPEC.exists():  # a worktree beside main: the shared checkout
+    SPEC = Path("/work/shared/spec")
+
 ROOTS_CAPS = {"roots": {}}
 TOOLS = {"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}
 
 
 def _meta(caps: dict[str, Any]) -> dict[str, Any]:
     return {"_meta": {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: caps}}
+
+
+def test_only_the_mrtr_methods_can_carry_a_server_request() -> None:
+    """2026-07-28 schema: the responses whose result may be an
+    InputRequiredResult are exactly those of era.MRTR_METHODS; the gateway
+    fails no other call for a server request it cannot carry."""
+    path = SPEC / "2026-07-28" / "schema.json"
+    assert path.exists(), f"no {path}: the spec schemas must be in ../shared/spec"
+    defs = orjson.loads(path.read_bytes())["$defs"]
+    carriers = set()
+    for name, node in defs.items():
+        result = node.get("properties", {}).get("result", {})
+        if name.endswith("ResultResponse") and {
+            "$ref": "#/$defs/InputRequiredResult"
+        } in result.get("anyOf", []):
+            request = defs[name.removesuffix("ResultResponse") + "Request"]
+            carriers.add(request["properties"]["method"]["const"])
+    assert carriers == set(era.MRTR_METHODS)
 
 
 class RootsAsker:
