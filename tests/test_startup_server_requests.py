@@ -20,7 +20,8 @@ import orjson
 import pytest
 import structlog.testing
 
-from gateway import era, wire
+from gateway import cli, era, wire
+from gateway import config as config_mod
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server
 
 pytestmark = pytest.mark.anyio
@@ -225,3 +226,24 @@ async def _legacy_call_answering_roots(c: Client) -> wire.Message:
                 )
             elif msg.get("id") == 99 and "method" not in msg:
                 return msg
+
+
+def test_roots_config_takes_paths_and_tables(tmp_path: Path) -> None:
+    """Issue 10: "answer it from configured roots": `[upstream] roots` takes
+    absolute paths (as file:// URIs named after their last component) and
+    `Root` tables (2025-11-25 schema: uri, name, _meta); `--root` replaces them."""
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        "[upstream]\n"
+        'roots = ["/srv/my data", { uri = "file:///x", name = "x", _meta = { k = 1 } }]\n'
+    )
+    cfg = config_mod.load(path)
+    assert cfg.static_roots == (
+        {"uri": "file:///srv/my%20data", "name": "my data"},
+        {"uri": "file:///x", "name": "x", "_meta": {"k": 1}},
+    )
+    ns = cli._parser("test").parse_args(
+        ["--config", str(path), "--root", "/a", "--root", "file:///b"]
+    )
+    cfg = cli._build_config(ns, ["true"])
+    assert cfg.static_roots == ({"uri": "file:///a", "name": "a"}, {"uri": "file:///b"})
