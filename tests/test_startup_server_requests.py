@@ -247,3 +247,20 @@ def test_roots_config_takes_paths_and_tables(tmp_path: Path) -> None:
     )
     cfg = cli._build_config(ns, ["true"])
     assert cfg.static_roots == ({"uri": "file:///a", "name": "a"}, {"uri": "file:///b"})
+
+
+async def test_the_refusal_is_one_log_line_however_often() -> None:
+    """Issue 10: "log why", and the operator sees one line, never a flood: a
+    server that asks at every tools/list is logged once per interval."""
+    answers: list[wire.Message] = []
+
+    async def tools_list(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        answers.append(await server.ask("roots/list"))
+        return TOOLS
+
+    with structlog.testing.capture_logs() as logs:
+        async with gateway(legacy_server({"tools/list": tools_list})) as c:
+            for _ in range(5):
+                assert "result" in await c.call("tools/list", _meta(ROOTS_CAPS))
+    assert len(answers) == 5 and all("error" in a for a in answers)
+    assert [e["event"] for e in logs].count("server request refused") == 1
