@@ -118,7 +118,8 @@ class Config:
     input_batch_window: float = 0.0
     max_parked_calls: int = 1000
     replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
-    static_roots: tuple[dict[str, Any], ...] = ()  # answers roots/list outside any call
+    # [upstream] roots: answer roots/list when no client call can carry it
+    static_roots: tuple[dict[str, Any], ...] = ()
     # HTTP front (--listen HOST:PORT)
     http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     http_allowed_origins: tuple[str, ...] = ()
