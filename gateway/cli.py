@@ -90,6 +90,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="how long the era probe waits for server/discover (default 5)",
     )
     p.add_argument(
+        "--root",
+        action="append",
+        metavar="PATH|URI",
+        help="a root that answers the server's roots/list when no client call can "
+        "(repeatable; replaces [upstream] roots)",
+    )
+    p.add_argument(
         "--max-message-bytes",
         type=int,
         metavar="BYTES",
@@ -128,6 +135,9 @@ def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Conf
         "max_message_bytes": ns.max_message_bytes,
         "command": tuple(command) if command else None,
         "upstream_url": ns.upstream,
+        "static_roots": (
+            tuple(config_mod.root_from(r, "--root") for r in ns.root) if ns.root else None
+        ),
     }
     return base.with_overrides(**overrides)
 

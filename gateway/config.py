@@ -118,7 +118,8 @@ class Config:
     input_batch_window: float = 0.0
     max_parked_calls: int = 1000
     replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
-    static_roots: tuple[dict[str, Any], ...] = ()  # answers roots/list outside any call
+    # [upstream] roots: answer roots/list when no client call can carry it
+    static_roots: tuple[dict[str, Any], ...] = ()
     # HTTP front (--listen HOST:PORT)
     http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     http_allowed_origins: tuple[str, ...] = ()
@@ -193,10 +194,7 @@ class Config:
         if self.state_key is not None and len(self.state_key.encode()) < 16:
             raise ConfigError("state_key must be at least 16 bytes")
         for root in self.static_roots:
-            if not isinstance(root.get("uri"), str):
-                raise ConfigError("each static root needs a string uri")
-            if not isinstance(root.get("name", ""), str):
-                raise ConfigError("a static root's name must be a string")
+            _check_root(root, _where("static_roots"))
         for key in ("name", "version"):
             if not isinstance(self.client_info.get(key), str):
                 raise ConfigError(f"[upstream] client_info needs a string {key}")
@@ -339,6 +337,8 @@ _KEYS: dict[tuple[str, str], str] = {
     ("mrtr", "input_batch_window"): "input_batch_window",
     ("mrtr", "max_parked_calls"): "max_parked_calls",
     ("mrtr", "replay_tools"): "replay_tools",
+    ("upstream", "roots"): "static_roots",
+    # The older spelling of [upstream] roots, still read.
     ("mrtr", "static_roots"): "static_roots",
     ("cache", "default_ttl_ms"): "default_ttl_ms",
     ("cache", "notified_ttl_ms"): "notified_ttl_ms",
@@ -347,7 +347,7 @@ _KEYS: dict[tuple[str, str], str] = {
     ("cache", "scope"): "cache_scope",
 }
 _TYPES = {f.name: f.type for f in fields(Config)}
-_WHERE = {name: f"[{table}] {key}" for (table, key), name in _KEYS.items()}
+_WHERE = {name: f"[{table}] {key}" for (table, key), name in reversed(_KEYS.items())}
 
 
 def _where(name: str) -> str:
@@ -363,6 +363,7 @@ def load(path: str | Path | None) -> Config:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     values: dict[str, Any] = {}
+    given: dict[str, str] = {}  # setting -> the key that gave it
     for table, body in raw.items():
         if not isinstance(body, dict):
             raise ConfigError(f"top-level key {table!r} must be a table")
@@ -370,7 +371,11 @@ def load(path: str | Path | None) -> Config:
             name = _KEYS.get((table, key))
             if name is None:
                 raise ConfigError(f"unknown config key [{table}] {key}")
-            values[name] = _coerce(name, value, f"[{table}] {key}")
+            where = f"[{table}] {key}"
+            if name in values:
+                raise ConfigError(f"{where} and {given[name]} are one setting: give one of them")
+            given[name] = where
+            values[name] = _coerce(name, value, where)
     cfg = Config(**values).normalized()
     cfg.check()
     return cfg
@@ -393,9 +398,9 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} must not be empty")
         return tuple(value)
     if name == "static_roots":
-        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-            raise ConfigError(f"{where} must be a list of tables (uri, name)")
-        return tuple(dict(v) for v in value)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list of paths or tables (uri, name)")
+        return tuple(root_from(v, where) for v in value)
     if kind.startswith("dict"):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a table")
@@ -414,3 +419,43 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     if kind in ("str", "str | None") and isinstance(value, str):
         return value
     raise ConfigError(f"{where} has the wrong type ({type(value).__name__}, expected {kind})")
+
+
+_ROOT_KEYS = frozenset({"uri", "name", "_meta"})
+
+
+def root_from(value: Any, where: str) -> dict[str, Any]:
+    """One configured root (2025-11-25 `Root`): a table with a `file://` uri
+    and an optional name, or an absolute path, which becomes its file:// URI
+    named after its last component."""
+    if isinstance(value, str):
+        if value.startswith("file://"):
+            root: dict[str, Any] = {"uri": value}
+        else:
+            path = Path(value).expanduser()
+            if not path.is_absolute():
+                raise ConfigError(
+                    f"{where}: root {value!r} must be an absolute path or a file:// URI"
+                )
+            root = {"uri": path.as_uri(), "name": path.name or str(path)}
+    elif isinstance(value, dict):
+        root = dict(value)
+    else:
+        raise ConfigError(f"{where}: each root is a path or a table (uri, name)")
+    _check_root(root, where)
+    return root
+
+
+def _check_root(root: dict[str, Any], where: str) -> None:
+    uri = root.get("uri")
+    # 2025-11-25 and 2026-07-28 schema, Root.uri: "This *must* start with
+    # file:// for now."
+    if not isinstance(uri, str) or not uri.startswith("file://"):
+        raise ConfigError(f"{where}: each root needs a uri starting with file://, not {uri!r}")
+    if not isinstance(root.get("name", ""), str):
+        raise ConfigError(f"{where}: the name of root {uri!r} must be a string")
+    if not isinstance(root.get("_meta", {}), dict):
+        raise ConfigError(f"{where}: the _meta of root {uri!r} must be a table")
+    unknown = sorted(root.keys() - _ROOT_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: root {uri!r} has unknown keys {', '.join(unknown)}")

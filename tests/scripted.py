@@ -214,11 +214,14 @@ def legacy_server(
     capabilities: dict[str, Any] | None = None,
     version: str = "2025-11-25",
     log: list[wire.Message] | None = None,
+    on_initialized: Callable[[ScriptedServer], Awaitable[None]] | None = None,
 ) -> Behaviour:
     """A legacy server: errors before initialize, then serves `handlers`.
 
     A handler returns a result dict, a full message (an error), or None to
-    stay silent. Everything received is appended to `log`.
+    stay silent. Everything received is appended to `log`. `on_initialized`
+    runs as a task when `notifications/initialized` arrives (a server that
+    asks its client something at session start).
     """
     handlers = handlers or {}
 
@@ -228,6 +231,8 @@ def legacy_server(
             msg = await server.recv()
             if log is not None:
                 log.append(msg)
+            if on_initialized is not None and msg.get("method") == "notifications/initialized":
+                server_tasks.start_soon(on_initialized, server)
             if server.route_reply(msg) or "id" not in msg:
                 continue
             method = msg["method"]

@@ -707,6 +707,31 @@ async def test_a_server_request_on_the_get_stream_belongs_to_no_call() -> None:
     assert "refused" in answer["error"]["message"]
 
 
+async def test_a_server_request_on_a_tools_list_stream_does_not_fail_it() -> None:
+    """Issue 10: a server request that the in-flight call cannot carry (a
+    tools/list: 2026-07-28 lets only tools/call, prompts/get and resources/read
+    be input_required) must never fail that call. Over HTTP the request comes
+    on the tools/list's own stream; the server gets an error, the tools/list
+    its result (on main it got -32021 although the client declared roots)."""
+    answers: list[wire.Message] = []
+
+    async def asks_roots(ask: Ask) -> None:
+        answers.append(await ask.ask("roots/list", {}))
+
+    behaviour = LegacyHttp(tools={"t": _unused_tool}, on_tools_list=asks_roots)
+    meta = {**META, era.CLIENT_CAPABILITIES: {"roots": {}}}
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        reply = await c.call("tools/list", {"_meta": meta})
+    assert [t["name"] for t in reply["result"]["tools"]] == ["t"], reply
+    ((answer,),) = [answers]
+    assert answer["error"]["code"] == wire.METHOD_NOT_FOUND
+    assert "no call of the modern client that can carry it" in answer["error"]["message"]
+
+
+async def _unused_tool(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+    return {"content": []}
+
+
 async def test_legacy_client_through_modern_http_with_param_headers() -> None:
     """DESIGN §5.2.3: the gateway's modern request carries the modern headers,
     Mcp-Param-* included, though the legacy client never listed the tools."""

@@ -669,7 +669,7 @@ class GatewayService:
         session: UpstreamSession,
         msg: wire.Message,
         feature: str,
-        calls_at_arrival: dict[object, list[int]],
+        calls_at_arrival: dict[object, list[tuple[int, str]]],
     ) -> wire.Message | None:
         msg_id = msg["id"]
         method = msg["method"]
@@ -679,6 +679,13 @@ class GatewayService:
             and not (owner is not None and owner.declared("roots"))
         ):
             # DESIGN §5.1.6: roots the client cannot give may come from configuration.
+            if owner is None:
+                why = "no single client it can belong to"
+            elif owner.session is not None:
+                why = "the client did not declare the roots capability"
+            else:
+                why = "no call of the modern client that can carry it is in progress"
+            self._refusals_log.info("roots/list answered from the configured roots", why=why)
             return wire.result_response(msg_id, {"roots": list(self.config.static_roots)})
         if owner is not None and owner.session is not None:
             if owner.declared(feature):
@@ -691,17 +698,34 @@ class GatewayService:
             missing = mrtr_core.check_capability({}, method, msg.get("params"))
             # A request from the HTTP GET stream names no call (2025-11-25: it
             # SHOULD be unrelated to running ones; server-everything asks for
-            # roots there after initialized), so it fails none.
-            if len(calls) == 1 and missing is not None and not session.outside_calls(msg_id):
+            # roots there after initialized), so it fails none. Nor does one
+            # that arrives while the only call is one whose result cannot be
+            # input_required (a tools/list, 2026-07-28): a server asks that at
+            # session start, as server-filesystem asks roots/list right after
+            # initialized, and the call is not the one that needs it.
+            if (
+                len(calls) == 1
+                and calls[0][1] in era.MRTR_METHODS
+                and missing is not None
+                and not session.outside_calls(msg_id)
+            ):
                 # The one call of a modern client that declared no client
                 # features needs one: answer it -32021, as a modern server would.
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                session.fail_call(calls[0], missing.error(0))
+                session.fail_call(calls[0][0], missing.error(0))
                 return None
-            why = "no call of the modern client that can take it is in progress"
+            why = (
+                "no call of the modern client that can carry it is in progress "
+                f"(in progress: {', '.join(sorted({m[:100] for _, m in calls}))[:300] or 'none'})"
+            )
         self._refusals_log.info("server request refused", method=method[:100], why=why)
+        # Every refusal is -32601 with the reason in the message: servers take
+        # any error from roots/list as "no roots from the client" and keep
+        # their own configuration (server-filesystem keeps the directories on
+        # its command line and asks again on roots/list_changed); the mcp SDKs
+        # raise it in the tool that asked, which fails on its own terms.
         return wire.error_response(msg_id, wire.METHOD_NOT_FOUND, f"{method} refused: {why}")
 
     async def _ask_legacy_client(
@@ -880,16 +904,17 @@ class _Claim:
 
     holder: object | None
     sole_owner: ClientLink | None
-    calls: dict[object, list[int]]
+    # The owner's calls in progress: upstream id and method.
+    calls: dict[object, list[tuple[int, str]]]
 
     @classmethod
     def at_arrival(cls, session: UpstreamSession, sole_owner: ClientLink | None) -> _Claim:
         owner = session.lease.holder
         if not isinstance(owner, ClientLink):
             owner = sole_owner
-        calls: dict[object, list[int]] = {}
+        calls: dict[object, list[tuple[int, str]]] = {}
         if owner is not None:
-            calls[owner] = session.calls_of(owner)
+            calls[owner] = [(i, session.pending[i].method) for i in session.calls_of(owner)]
         return cls(session.lease.holder, sole_owner, calls)
 
 

@@ -357,6 +357,9 @@ class LegacyHttp:
     version: str = "2025-11-25"
     priming: bool = False
     get_allowed: bool = True
+    # Runs on a tools/list's own stream before its result: a server that
+    # asks its client something then.
+    on_tools_list: Callable[[Ask], Awaitable[None]] | None = None
     sessions: dict[str, LegacySession] = field(default_factory=dict)
     ended: list[str] = field(default_factory=list)
     _sids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -450,6 +453,8 @@ class LegacyHttp:
             if self.priming:
                 await out.send(PRIMING + COMMENT)
             if method == "tools/list":
+                if self.on_tools_list is not None:
+                    await self.on_tools_list(Ask(session, out, msg))
                 tools = [{"name": n, "inputSchema": {"type": "object"}} for n in self.tools]
                 await out.send(sse(wire.result_response(msg["id"], {"tools": tools})))
             elif method == "tools/call" and params.get("name") in self.tools:
