@@ -399,7 +399,7 @@ def section(results: Path = RESULTS) -> str:
     calls = {(c["server"], c["client"], c["transport"]): c for c in saved["calls"]}
     lines = [
         *head,
-        f"Run of {saved['date']} on `{saved['code']}`: "
+        f"Run of {saved['date']} on {saved['code']}: "
         f"{sum(c['ok'] for c in saved['calls'])}/{len(saved['calls'])} calls work, "
         f"{sum(p['era'] == p['want'] for p in saved['probes'])}/{len(saved['probes'])} "
         "probes print the right era.",

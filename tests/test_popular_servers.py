@@ -23,11 +23,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from compat_matrix.popular import CLIENTS, INSTALL_HINT, TRANSPORTS, missing, run_all, servers
+from compat_matrix.popular import (
+    CLIENTS,
+    HEADING,
+    INSTALL_HINT,
+    TRANSPORTS,
+    missing,
+    run_all,
+    section,
+    servers,
+    write_section,
+)
 from compat_matrix.run import peers_dir
 
 pytestmark = pytest.mark.peers
@@ -119,3 +130,47 @@ def test_probe_prints_the_right_era(popular: PopularRuns, server: str) -> None:
         text = json.dumps(answer)
         assert "2026-07-28" in text, answer
         assert "2025-11-25" in text, answer
+
+
+def test_report_section_is_rewritten_in_place(tmp_path: Path) -> None:
+    """Issue 10: the popular servers "become rows of `REPORT.md`", regenerated
+    from a saved run: writing the section twice leaves one copy, and the
+    sections around it stay."""
+    saved = {
+        "date": "2026-12-01 00:00 UTC",
+        "code": "commit `abc`",
+        "probes": [
+            {"server": "memory", "era": "legacy", "want": "legacy", "label": "server-memory 1"},
+            {"server": "time-dual", "era": "modern", "want": "dual", "label": "time 2"},
+        ],
+        "calls": [
+            {
+                "server": "memory",
+                "client": c,
+                "transport": t,
+                "ok": c == "legacy",
+                "error": None if c == "legacy" else "JSON-RPC error -32021: no | roots",
+                "steps": [{"step": "tools/call open_nodes", "ok": True, "text": "seen x"}],
+            }
+            for c in CLIENTS
+            for t in TRANSPORTS
+        ],
+    }
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(saved))
+    out = tmp_path / "REPORT.md"
+    out.write_text("# Report\n\n## Earlier\n\ntext\n\n" + HEADING + "\n\nold\n\n## Later\n\nkept\n")
+    text = section(results)
+    write_section(out, text)
+    write_section(out, text)
+    body = out.read_text()
+    assert body.count(HEADING) == 1
+    assert "old" not in body
+    assert body.index("## Earlier") < body.index(HEADING) < body.index("## Later")
+    assert "2/4 calls work, 1/2 probes print the right era" in body
+    assert (
+        "| memory | server-memory 1 | legacy (legacy) | "
+        "**fails**: JSON-RPC error -32021: no \\| roots" in body
+    )
+    assert "| time-dual | time 2 | modern (dual) **wrong** |" in body
+    assert "open_nodes: seen x" in body
