@@ -1698,9 +1698,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compat_matrix/conformance/results (no cell runs)",
     )
     args = parser.parse_args(argv)
+    # The sections other runs write, from their saved results (imported here:
+    # popular.py imports this module).
+    from compat_matrix import popular
+
+    tail = "\n\n" + conformance_report.section() + "\n" + popular.section()
     if args.conformance_only:
         kept = args.out.read_text().split(CONFORMANCE_HEADING)[0] if args.out.exists() else ""
-        args.out.write_text(kept.rstrip("\n") + "\n\n" + conformance_report.section())
+        args.out.write_text(kept.rstrip("\n") + tail)
         print(f"run.py: wrote the conformance section of {args.out}", file=sys.stderr)
         return 0
 
@@ -1755,7 +1760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code=code,
         code_changed=code_fingerprint() != fingerprint,
     )
-    args.out.write_text(report + "\n\n" + conformance_report.section())
+    args.out.write_text(report + tail)
     bad = [o for o in observations if not judge(o).matched]
     if code_fingerprint() != fingerprint:
         print("run.py: warning: the code changed during the run", file=sys.stderr)

@@ -8,7 +8,10 @@
 # Layout (see compat_matrix/peers/README.md for how each peer is run):
 #   $DIR/py1/   venv, mcp 1.x (legacy era) [+ mcp-server-time]
 #   $DIR/py2/   venv, mcp 2.x (dual era)
-#   $DIR/node/  npm prefix with the TS SDKs 1.x/2.x and server-everything
+#   $DIR/time1/ venv, the reference time server's last legacy release (mcp 1.x)
+#   $DIR/time2/ venv, its newest release, built on mcp 2.x (dual era)
+#   $DIR/node/  npm prefix with the TS SDKs 1.x/2.x and the reference servers
+#               everything, filesystem and memory
 #
 # Idempotent: each part writes a stamp holding exactly what it installed; a
 # part whose stamp matches the current pins is skipped, one that differs is
@@ -26,6 +29,11 @@ PYTHON="${MCP_PEERS_PYTHON:-$(command -v python3)}"
 PY1_PINS=(mcp==1.30.0)
 PY1_OPTIONAL=(mcp-server-time==2026.1.26)
 PY2_PINS=(mcp==2.3.0)
+# The popular reference time server in both eras, each in its own venv so
+# neither moves the other's SDK: 2026.1.26 is the last release on mcp 1.x,
+# 2026.10.19 the newest (it requires mcp>=2.3,<3).
+TIME1_PINS=(mcp-server-time==2026.1.26 mcp==1.30.0)
+TIME2_PINS=(mcp-server-time==2026.10.19 mcp==2.3.0)
 
 log() { printf '[peers] %s\n' "$*" >&2; }
 
@@ -78,28 +86,49 @@ install_py2() {
     printf '%s\n' "$want" >"$target/.stamp"
 }
 
+install_venv() { # $1=part name, rest=pins
+    local name="$1"; shift
+    local target="$DIR/$name" want
+    want="$(py_stamp "$@")"
+    if is_current "$target/.stamp" "$want"; then log "$name up to date"; return; fi
+    log "$name: creating venv with $*"
+    rm -rf "$target"
+    "$PYTHON" -m venv "$target"
+    pip_in "$target" "$@"
+    printf '%s\n' "$want" >"$target/.stamp"
+}
+
 install_node() {
     local target="$DIR/node" want
     want="$(node_stamp)"
     if is_current "$target/.stamp" "$want"; then log "node up to date"; return; fi
     log "node: installing $(tr -d '\n ' <"$PEERS_SRC/package.json" | grep -o '"dependencies":{[^}]*}')"
-    rm -rf "$target"
-    mkdir -p "$target"
-    cp "$PEERS_SRC/package.json" "$target/"
+    # Build beside the old tree and swap at the end: servers already running
+    # from the old tree keep their files, and a failed install leaves it whole.
+    local build="$target-build"
+    rm -rf "$build"
+    mkdir -p "$build"
+    cp "$PEERS_SRC/package.json" "$build/"
     # With the committed lock file, `npm ci` reproduces the exact tree
     # (transitive deps included); without it fall back to a plain install.
     if [[ -f "$PEERS_SRC/package-lock.json" ]]; then
-        cp "$PEERS_SRC/package-lock.json" "$target/"
-        npm ci --prefix "$target" --no-audit --no-fund --loglevel=error >&2
+        cp "$PEERS_SRC/package-lock.json" "$build/"
+        (cd "$build" && npm ci --no-audit --no-fund --loglevel=error >&2)
     else
-        npm install --prefix "$target" --no-audit --no-fund --loglevel=error >&2
+        (cd "$build" && npm install --no-audit --no-fund --loglevel=error >&2)
     fi
-    printf '%s\n' "$want" >"$target/.stamp"
+    printf '%s\n' "$want" >"$build/.stamp"
+    rm -rf "$target.old"
+    if [[ -d "$target" ]]; then mv "$target" "$target.old"; fi
+    mv "$build" "$target"
+    rm -rf "$target.old"
 }
 
 mkdir -p "$DIR"
 start=$SECONDS
 install_py1
 install_py2
+install_venv time1 "${TIME1_PINS[@]}"
+install_venv time2 "${TIME2_PINS[@]}"
 install_node
 log "done in $((SECONDS - start))s -> $DIR"
