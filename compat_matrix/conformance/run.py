@@ -47,6 +47,8 @@ SERVERS: dict[str, list[str]] = {
         str(HERE / "py2_fixture_server.py"),
         "--modern-only",
     ],
+    # Dual-era, push-style tools (the SDK 2.x everything-server style; issue #10).
+    "py2-push": [str(PEERS / "py2/bin/python"), str(HERE / "py2_fixture_server.py"), "--push"],
     "py1": [str(PEERS / "py1/bin/python"), str(HERE / "py1_fixture_server.py")],
     "ts2-dual": ["node", str(HERE / "ts2_fixture_server.mjs")],
     "ts2-modern": ["node", str(HERE / "ts2_fixture_server.mjs"), "--modern-only"],
