@@ -1225,13 +1225,13 @@ def matches(pattern: str, *names: str) -> bool:
     return any(pattern in n for n in names)
 
 
-def plan(matrix: Matrix, only: str | None = None) -> list[Run]:
-    """Every run of every ready cell, filtered by --only (glob, else substring,
-    matched against `<cell id>:<client>><server>@<via>`)."""
+def plan(matrix: Matrix, only: str | None = None, skip: Sequence[str] = ()) -> list[Run]:
+    """Every run of every ready cell, filtered by --only and --skip (glob, else
+    substring, matched against `<cell id>:<client>><server>@<via>`)."""
     runs = [run for cell in matrix.cells if cell.ready for run in expand(matrix, cell)]
     if only:
         runs = [r for r in runs if matches(only, r.key)]
-    return runs
+    return [r for r in runs if not any(matches(pattern, r.key) for pattern in skip)]
 
 
 def find_run(
@@ -1391,10 +1391,11 @@ def render_report(
     ctx: Context,
     code: str | None = None,
     code_changed: bool = False,
+    skip: Sequence[str] = (),
 ) -> str:
     by_key = {(o.run.cell.id, o.run.pair, o.run.via): o for o in observations}
     verdicts = {id(o): judge(o) for o in observations}
-    runs_planned = plan(matrix, only)
+    runs_planned = plan(matrix, only, skip)
     lines: list[str] = []
     add = lines.append
 
@@ -1435,6 +1436,8 @@ def render_report(
         )
     if only:
         add(f"- filtered with `--only {_md(only)}`: {len(runs_planned)} runs")
+    for pattern in skip:
+        add(f"- left out with `--skip {_md(pattern)}` (not run, not recorded here)")
     add("")
 
     # summary
@@ -1717,6 +1720,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only runs whose `<cell id>:<client>><server>@<via>` matches "
         "(glob if it has * ? [, else substring)",
     )
+    parser.add_argument(
+        "--skip",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="leave out the runs that match (as --only; repeatable), e.g. through-gateway "
+        "runs that wait on a change still to land",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel runs (default 2)")
     parser.add_argument("--out", type=Path, default=DEFAULT_REPORT, help="report path")
     parser.add_argument("--cells", type=Path, default=CELLS_FILE, help="matrix data")
@@ -1762,7 +1773,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = dataclasses.replace(ctx, gateway_command=args.gateway)
     if args.gateway_upstream:
         ctx = dataclasses.replace(ctx, gateway_upstream_command=args.gateway_upstream)
-    runs = plan(matrix, args.only)
+    runs = plan(matrix, args.only, args.skip)
     if args.list:
         with contextlib.suppress(BrokenPipeError):
             print("\n".join(run.key for run in runs), flush=True)
@@ -1802,6 +1813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx=ctx,
         code=code,
         code_changed=code_fingerprint() != fingerprint,
+        skip=args.skip,
     )
     args.out.write_text(report + "\n\n" + conformance_report.section())
     bad = [o for o in observations if not judge(o).matched]

@@ -106,3 +106,20 @@ def test_a_tool_error_cell_passes_only_on_the_servers_refusal_of_that_call() -> 
     # Another feature's steps of a shared `--feature all` run do not count.
     roots = {"step": "roots: list_my_roots", "ok": False, "error": "other"}
     assert judge(_observation(run, [connect, listed, refused, roots], "failed step: x")).matched
+
+
+def test_skip_leaves_out_matching_runs() -> None:
+    """run.py --skip: the through-gateway runs of legacy clients' MRTR cells on
+    the push-style server can be left out (and are not recorded) until the
+    gateway's dual-era serving lands, while everything else of those cells runs."""
+    from compat_matrix.run import plan
+
+    matrix = load_matrix()
+    every = plan(matrix, "*dual-push*")
+    kept = plan(matrix, "*dual-push*", ["legacy-dual-push.*.[esr]*@gateway"])
+    left_out = {r.key for r in every} - {r.key for r in kept}
+    assert left_out and all(
+        k.startswith("legacy-dual-push.") and k.endswith("@gateway") for k in left_out
+    )
+    assert {matrix.cell(k.split(":")[0]).feature for k in left_out} == set(MRTR_FEATURES)
+    assert any(r.key.startswith("legacy-dual-push.") and r.via == "direct" for r in kept)
