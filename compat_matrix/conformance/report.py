@@ -48,6 +48,7 @@ MODERN_REQ = "modern: `--requirements 2026-07-28`"
 LEGACY_REQ = "legacy: `--requirements 2025-11-25`"
 LEGACY_ALL = "legacy: `--suite all --spec-version 2025-11-25`"
 PY2_PUSH = "dual-era mcp 2.3, push-style tools (`py2-push`)"
+TS2_PUSH = "dual-era TS SDK 2.4, push-style tools (`ts2-push`)"
 RUNS = (
     GatewayRun(
         "gw-py1-all-2026-07-28",
@@ -119,6 +120,22 @@ RUNS = (
         PY2_PUSH,
         "py2-push-req-2025-11-25",
         "py2-dual-req-2025-11-25",
+        same_era=True,
+    ),
+    GatewayRun(
+        "gw-ts2-push-all-2025-11-25",
+        LEGACY_ALL,
+        TS2_PUSH,
+        "ts2-push-all-2025-11-25",
+        "ts2-push-all-2025-11-25",
+        same_era=True,
+    ),
+    GatewayRun(
+        "gw-ts2-push-req-2025-11-25",
+        LEGACY_REQ,
+        TS2_PUSH,
+        "ts2-push-req-2025-11-25",
+        "ts2-dual-req-2025-11-25",
         same_era=True,
     ),
 )
@@ -274,10 +291,10 @@ def section(results: Path = RESULTS, reasons_file: Path = REASONS) -> str:
             "### Dual-era upstreams: every check that passes direct passes through",
             "",
             "A legacy client of a dual-era server must get through the gateway what it gets "
-            "from that server directly (issue #10, DESIGN §5.3). `py2-push` is the py2 "
-            "fixture with `--push`: its tools push `sampling/createMessage` and "
-            "`elicitation/create` on the session as the SDK 2.x `everything-server` does, "
-            "which a modern request has no back-channel for.",
+            "from that server directly (issue #10, DESIGN §5.3). `py2-push` and `ts2-push` "
+            "are the py2 and ts2 fixtures with `--push`: their tools push "
+            "`sampling/createMessage` and `elicitation/create` on the session (as the SDK "
+            "2.x `everything-server` does), which a modern request has no back-channel for.",
             "",
             *same_era,
         ]
