@@ -80,6 +80,11 @@ DEFAULT_REPORT = HERE / "REPORT.md"
 PEER_SRC = HERE / "peers"
 
 ERAS = ("modern", "legacy", "dual")
+# The server dimension: the three eras, and "dual-push", a dual-era server whose
+# tools push their server requests on the session whatever the era (the SDK 2.x
+# everything-server style; issue #10). Such a tool has no back-channel on a
+# modern request, which its cells expect (`tool_error`).
+SERVER_ERAS = (*ERAS, "dual-push")
 TRANSPORTS = ("stdio", "http")
 FEATURES = (
     "basic",
@@ -158,6 +163,11 @@ class Cell:
     status: str
     issues: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # why a peer is not listed, etc.
+    # An MRTR cell whose server answers the feature's tool call with an error,
+    # direct and through the gateway alike (a push-style tool on a modern
+    # request): every other step must pass, and the call must fail with an
+    # error containing this text.
+    tool_error: str | None = None
 
     @property
     def note(self) -> str | None:
@@ -235,6 +245,7 @@ def _cell(raw: dict[str, Any]) -> Cell:
         status=str(raw["status"]),
         issues=_strs(raw.get("issues", [])),
         notes=(raw["note"],) if isinstance(raw.get("note"), str) else _strs(raw.get("note", [])),
+        tool_error=raw.get("tool_error"),
     )
 
 
@@ -256,7 +267,7 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
         raise MatrixError(f"{path}: malformed entry: {exc!r}") from exc
 
     for peer in [*clients.values(), *servers.values()]:
-        if peer.era not in ERAS:
+        if peer.era not in (ERAS if peer.role == "client" else SERVER_ERAS):
             problems.append(f"{peer.role} {peer.name}: unknown era {peer.era!r}")
         if peer.role == "client" and shlex.split(peer.command)[-2:] != ["--", "{server}"]:
             problems.append(f"client {peer.name}: command must end with `-- {{server}}`")
@@ -288,7 +299,7 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
     wanted = {
         cell_id(ce, se, f, b, feat)
         for ce in ERAS
-        for se in ERAS
+        for se in SERVER_ERAS
         for f in TRANSPORTS
         for b in TRANSPORTS
         for feat in FEATURES
@@ -309,6 +320,8 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
             problems.append(f"{where}: direct={c.direct!r} but the spec says {want_direct!r}")
         if c.gateway != "works":
             problems.append(f"{where}: the gateway must make every cell work")
+        if c.tool_error is not None and c.feature not in MRTR_FEATURES:
+            problems.append(f"{where}: only an MRTR cell can expect a tool error")
         if c.status == "not yet" and not c.issues:
             problems.append(f"{where}: a 'not yet' cell must name the issue that adds it")
         for name in c.clients:
@@ -865,6 +878,33 @@ def _observe(
     # The client's own error, unless it only names a failed step (judged above).
     fatal = error is not None and not str(error).startswith("failed step: ")
     obs.input_path = _input_path(own)
+    expected_error = run.cell.tool_error
+    if expected_error is not None:
+        # The call must fail with the server's error, and only the call.
+        refused = [s for s in called if not s.get("ok")]
+        others = [s for s in failed if s not in refused]
+        texts = [str(s.get("error") or s.get("text") or "") for s in refused]
+        if refused:
+            obs.input_path = f"tool error: {first_line(texts[0], 120)}"
+        if timed_out:
+            obs.error = f"hard timeout after {hard_timeout:g}s"
+        elif others:
+            first = others[0]
+            obs.error = first_line(
+                f"failed step {first.get('step')}: {first.get('error') or first.get('text')}"
+            )
+        elif fatal:
+            obs.error = first_line(str(error))
+        elif not called:
+            obs.error = f"the report has no {feature} tool call"
+        elif len(refused) != len(called) or not all(expected_error in t for t in texts):
+            obs.error = first_line(
+                f"the {feature} call should fail with {expected_error!r}: "
+                f"{texts[0] if texts else called[0].get('text')}"
+            )
+        else:
+            obs.ok = True
+        return obs
     if timed_out:
         obs.error = f"hard timeout after {hard_timeout:g}s"
     elif failed:
@@ -1185,13 +1225,13 @@ def matches(pattern: str, *names: str) -> bool:
     return any(pattern in n for n in names)
 
 
-def plan(matrix: Matrix, only: str | None = None) -> list[Run]:
-    """Every run of every ready cell, filtered by --only (glob, else substring,
-    matched against `<cell id>:<client>><server>@<via>`)."""
+def plan(matrix: Matrix, only: str | None = None, skip: Sequence[str] = ()) -> list[Run]:
+    """Every run of every ready cell, filtered by --only and --skip (glob, else
+    substring, matched against `<cell id>:<client>><server>@<via>`)."""
     runs = [run for cell in matrix.cells if cell.ready for run in expand(matrix, cell)]
     if only:
         runs = [r for r in runs if matches(only, r.key)]
-    return runs
+    return [r for r in runs if not any(matches(pattern, r.key) for pattern in skip)]
 
 
 def find_run(
@@ -1229,11 +1269,14 @@ def judge(obs: Observation) -> Verdict:
     expected = f"{want} ({want_era})" if want == "works" and want_era else want
     observed = obs.outcome
     if want == "works":
+        # A push-style tool refused on a modern request: the era works, the call does not.
+        refused = ", tool error" if obs.run.cell.tool_error else ""
+        expected += refused
         if not obs.ok:
             return Verdict(expected, observed, False, f"fails: {obs.error}")
         if want_era and obs.era != want_era:
             return Verdict(expected, f"works ({obs.era})", False, f"works, but in era {obs.era}")
-        return Verdict(expected, f"works ({obs.era})", True, obs.evidence)
+        return Verdict(expected, f"works ({obs.era}){refused}", True, obs.evidence)
     if want == "fails":
         if obs.ok:
             return Verdict(
@@ -1324,7 +1367,9 @@ def _cell_set(cells: Sequence[Cell]) -> str:
     """A short name for a set of cells: eras x routes x features when it is
     exactly that product, else the list of ids."""
     have = {(c.client_era, c.server_era, c.front, c.back) for c in cells}
-    eras = [f"{ce}-{se}" for ce in ERAS for se in ERAS if any(h[:2] == (ce, se) for h in have)]
+    eras = [
+        f"{ce}-{se}" for ce in ERAS for se in SERVER_ERAS if any(h[:2] == (ce, se) for h in have)
+    ]
     routes = [f"{f}-{b}" for f, b in ROUTES if any(h[2:] == (f, b) for h in have)]
     features = [f for f in FEATURES if any(c.feature == f for c in cells)]
     if len(eras) * len(routes) * len(features) == len(cells):
@@ -1346,10 +1391,11 @@ def render_report(
     ctx: Context,
     code: str | None = None,
     code_changed: bool = False,
+    skip: Sequence[str] = (),
 ) -> str:
     by_key = {(o.run.cell.id, o.run.pair, o.run.via): o for o in observations}
     verdicts = {id(o): judge(o) for o in observations}
-    runs_planned = plan(matrix, only)
+    runs_planned = plan(matrix, only, skip)
     lines: list[str] = []
     add = lines.append
 
@@ -1390,6 +1436,8 @@ def render_report(
         )
     if only:
         add(f"- filtered with `--only {_md(only)}`: {len(runs_planned)} runs")
+    for pattern in skip:
+        add(f"- left out with `--skip {_md(pattern)}` (not run, not recorded here)")
     add("")
 
     # summary
@@ -1470,7 +1518,7 @@ def render_report(
         add("| client → server | spec, direct | " + " | ".join(FEATURES) + " |")
         add("|---|---|" + "---|" * len(FEATURES))
         for ce in ERAS:
-            for se in ERAS:
+            for se in SERVER_ERAS:
                 row = [
                     f"**{ce} → {se}**",
                     matrix.cell(cell_id(ce, se, front, back, "basic")).direct,
@@ -1563,7 +1611,10 @@ def render_report(
         for route in VIAS:
             seen = by_key.get((cell.id, pair, route))
             want, want_era = cell.expected(route)
-            cols.append(f"{want} ({want_era})" if want == "works" and want_era else want)
+            refused = ", tool error" if cell.tool_error and want == "works" else ""
+            cols.append(
+                (f"{want} ({want_era})" if want == "works" and want_era else want) + refused
+            )
             if seen is None:
                 cols.append("-" if want == "n/a" else "not run")
                 times.append("-")
@@ -1669,6 +1720,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only runs whose `<cell id>:<client>><server>@<via>` matches "
         "(glob if it has * ? [, else substring)",
     )
+    parser.add_argument(
+        "--skip",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="leave out the runs that match (as --only; repeatable), e.g. through-gateway "
+        "runs that wait on a change still to land",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel runs (default 2)")
     parser.add_argument("--out", type=Path, default=DEFAULT_REPORT, help="report path")
     parser.add_argument("--cells", type=Path, default=CELLS_FILE, help="matrix data")
@@ -1719,7 +1778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = dataclasses.replace(ctx, gateway_command=args.gateway)
     if args.gateway_upstream:
         ctx = dataclasses.replace(ctx, gateway_upstream_command=args.gateway_upstream)
-    runs = plan(matrix, args.only)
+    runs = plan(matrix, args.only, args.skip)
     if args.list:
         with contextlib.suppress(BrokenPipeError):
             print("\n".join(run.key for run in runs), flush=True)
@@ -1759,6 +1818,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx=ctx,
         code=code,
         code_changed=code_fingerprint() != fingerprint,
+        skip=args.skip,
     )
     args.out.write_text(report + tail)
     bad = [o for o in observations if not judge(o).matched]

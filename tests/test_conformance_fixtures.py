@@ -257,3 +257,28 @@ def test_ts1_lists_what_py1_lists() -> None:
     py1 = _stdio_listings(conformance.SERVERS["py1"])
     assert ts1 == py1
     assert ts1["header_param"] == "Region"
+
+
+def test_report_lists_checks_that_pass_direct_but_not_through_a_dual_era_upstream(
+    tmp_path: Path,
+) -> None:
+    """Issue #10: "every check that passes direct passes through" to a dual-era
+    upstream (the legacy suite through the gateway to push-style py2); the
+    report names each one that does not, and a run not recorded yet says so."""
+    from compat_matrix.conformance import report
+
+    reasons = tmp_path / "reasons.toml"
+    reasons.write_text("")
+    sse = {"id": "server-sse-polling", "status": "WARNING", "message": "no priming event"}
+    _recorded(tmp_path, "py2-push-all-2025-11-25", [sse])
+    text = report.section(tmp_path, reasons)
+    assert "- `gw-py2-push-all-2025-11-25`: not recorded yet." in text
+    # A check that does not pass direct either is not a loss.
+    _recorded(tmp_path, "gw-py2-push-all-2025-11-25", [sse])
+    text = report.section(tmp_path, reasons)
+    assert "every check that passes direct (`py2-push-all-2025-11-25`) passes through" in text
+    lost = {"id": "tools-call-sampling", "status": "FAILURE", "message": "no back-channel"}
+    _recorded(tmp_path, "gw-py2-push-all-2025-11-25", [sse, lost])
+    text = report.section(tmp_path, reasons)
+    assert "**1 check passes direct (`py2-push-all-2025-11-25`) but not through:** " in text
+    assert "mrtr / `tools-call-sampling` (FAILURE)" in text

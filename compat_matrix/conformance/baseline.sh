@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Direct baseline (no gateway): the conformance suite against the fixture
-# servers (py2 and ts2, dual and modern-only; py1, ts1), each run summarised into
+# servers (py2 and ts2, dual and modern-only; py2 and ts2 dual push-style; py1, ts1), each run summarised into
 # compat_matrix/conformance/results/, and all of them combined into
 # results/BASELINE.md (a section for compat_matrix/REPORT.md).
 #
@@ -18,6 +18,8 @@ runs=(
   "py2-dual req 2025-11-25"
   "py2-modern all 2026-07-28"
   "py2-modern req 2025-11-25"
+  "py2-push all 2025-11-25"
+  "py2-push req 2025-11-25"
   "py1 all 2026-07-28"
   "py1 req 2025-11-25"
   "ts2-dual all 2026-07-28"
@@ -25,6 +27,8 @@ runs=(
   "ts2-dual req 2025-11-25"
   "ts2-modern all 2026-07-28"
   "ts2-modern req 2025-11-25"
+  "ts2-push all 2025-11-25"
+  "ts2-push req 2025-11-25"
   "ts1 all 2026-07-28"
   "ts1 req 2025-11-25"
 )

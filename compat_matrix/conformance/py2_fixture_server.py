@@ -2,7 +2,7 @@
 official conformance suite's server scenarios call, era-adaptive.
 
     .peers/py2/bin/python compat_matrix/conformance/py2_fixture_server.py \
-        [--http PORT] [--modern-only]
+        [--http PORT] [--modern-only | --push]
 
 Default: dual-era (the SDK's own behaviour). `--modern-only` answers every
 legacy `initialize` with -32022 (stdio: the filter from
@@ -14,6 +14,14 @@ Server-to-client requests are era-adaptive by hand (`gather`): on the modern
 wire they become `InputRequiredResult` with the scenario's fixed keys (the
 SDK's `Resolve(...)` markers would name keys `module:qualname`, and the suite
 checks `user_name`); in a legacy session they are pushed as real requests.
+
+`--push`: dual-era, but push-style, as the SDK 2.x `everything-server` example
+writes its tools: every tool that asks the client pushes a real request on the
+session whatever the era. A legacy session gets them as requests; a modern
+request has no back-channel, so such a tool fails there (the SDK's "this
+transport context has no back-channel for server-initiated requests"). It is
+the upstream of issue #10: a legacy client must get through the gateway what it
+gets from this server directly.
 """
 
 from __future__ import annotations
@@ -78,6 +86,9 @@ RESULT_TYPES: dict[str, type[BaseModel]] = {
 }
 _requests: TypeAdapter[InputRequest] = TypeAdapter(InputRequest)
 
+# Set by `--push`: tools push their requests whatever the era (see the docstring).
+PUSH_STYLE = False
+
 mcp = MCPServer("py2-conformance-fixture", version="2.3.0", instructions="Conformance fixtures.")
 
 
@@ -127,7 +138,7 @@ async def gather(
     with `state` as requestState (the SDK seals it). Legacy: each ask is pushed.
     A modern client lacking a needed capability gets -32021.
     """
-    if not is_modern(ctx):
+    if PUSH_STYLE or not is_modern(ctx):
         return {key: await push(ctx, ask) for key, ask in asks.items()}
     answers = answers_for(ctx, asks)
     missing = {k: v for k, v in asks.items() if k not in answers}
@@ -629,10 +640,16 @@ def main() -> None:
     parser.add_argument(
         "--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp"
     )
-    parser.add_argument(
-        "--modern-only", action="store_true", help="refuse legacy initialize (-32022)"
+    era = parser.add_mutually_exclusive_group()
+    era.add_argument("--modern-only", action="store_true", help="refuse legacy initialize (-32022)")
+    era.add_argument(
+        "--push",
+        action="store_true",
+        help="push-style tools: push server requests in every era (the everything-server style)",
     )
     args = parser.parse_args()
+    global PUSH_STYLE  # noqa: PLW0603
+    PUSH_STYLE = args.push
     if args.http is not None:
         serve_http(args.http, args.modern_only)
     elif args.modern_only:

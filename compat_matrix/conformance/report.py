@@ -5,7 +5,10 @@ by through_gateway.sh, the direct ones by baseline.sh) and reasons.toml, and
 compares each gateway run with the same upstream reached directly and with a
 dual-era server of the same SDK (the baseline a gateway should reach). Every
 scored check that does not pass through the gateway is listed with its written
-reason, or as UNEXPLAINED.
+reason, or as UNEXPLAINED. For an upstream that serves the client's era itself
+(`same_era`: a dual-era server under the legacy suite, issue #10) the rule is
+stricter: every check that passes direct passes through, and the section lists
+any that does not.
 
     python3 compat_matrix/conformance/report.py    # print the section
 
@@ -34,11 +37,18 @@ class GatewayRun:
     upstream: str
     direct: str | None  # the same upstream without the gateway
     baseline: str  # a dual-era server of the same SDK, direct
+    # The upstream serves the suite's era natively, so the run must keep every
+    # check that passes direct (issue #10: "every check that passes direct
+    # passes through"). `direct` names that run.
+    same_era: bool = False
 
 
 MODERN_ALL = "modern: `--suite all --spec-version 2026-07-28`"
 MODERN_REQ = "modern: `--requirements 2026-07-28`"
 LEGACY_REQ = "legacy: `--requirements 2025-11-25`"
+LEGACY_ALL = "legacy: `--suite all --spec-version 2025-11-25`"
+PY2_PUSH = "dual-era mcp 2.3, push-style tools (`py2-push`)"
+TS2_PUSH = "dual-era TS SDK 2.4, push-style tools (`ts2-push`)"
 RUNS = (
     GatewayRun(
         "gw-py1-all-2026-07-28",
@@ -96,6 +106,38 @@ RUNS = (
         "ts2-modern-req-2025-11-25",
         "ts2-dual-req-2025-11-25",
     ),
+    GatewayRun(
+        "gw-py2-push-all-2025-11-25",
+        LEGACY_ALL,
+        PY2_PUSH,
+        "py2-push-all-2025-11-25",
+        "py2-push-all-2025-11-25",
+        same_era=True,
+    ),
+    GatewayRun(
+        "gw-py2-push-req-2025-11-25",
+        LEGACY_REQ,
+        PY2_PUSH,
+        "py2-push-req-2025-11-25",
+        "py2-dual-req-2025-11-25",
+        same_era=True,
+    ),
+    GatewayRun(
+        "gw-ts2-push-all-2025-11-25",
+        LEGACY_ALL,
+        TS2_PUSH,
+        "ts2-push-all-2025-11-25",
+        "ts2-push-all-2025-11-25",
+        same_era=True,
+    ),
+    GatewayRun(
+        "gw-ts2-push-req-2025-11-25",
+        LEGACY_REQ,
+        TS2_PUSH,
+        "ts2-push-req-2025-11-25",
+        "ts2-dual-req-2025-11-25",
+        same_era=True,
+    ),
 )
 
 
@@ -147,6 +189,33 @@ def not_passing(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def lost_checks(direct: dict[str, Any], through: dict[str, Any]) -> list[str]:
+    """The checks that pass direct but not through the gateway, as "scenario / check".
+
+    The recorded runs list only the checks that do not pass, so: a check that
+    does not pass through and is not among the direct run's non-passing checks
+    of the same scenario; and, per scenario, any shortfall in SUCCESS count
+    (which also catches a scenario the gateway run lacks).
+    """
+    lost: list[str] = []
+    for name, scenario in direct["scenarios"].items():
+        failing_direct = {c["id"] for c in scenario["not_passing"]}
+        other = through["scenarios"].get(name)
+        if other is None:
+            lost.append(f"{name} / (scenario not run through the gateway)")
+            continue
+        named = [
+            f"{name} / `{c['id']}` ({c['status']})"
+            for c in other["not_passing"]
+            if c["id"] not in failing_direct
+        ]
+        lost += named
+        short = scenario["counts"].get("SUCCESS", 0) - other["counts"].get("SUCCESS", 0)
+        if short > 0 and not named:
+            lost.append(f"{name} / {short} fewer passing checks")
+    return lost
+
+
 def section(results: Path = RESULTS, reasons_file: Path = REASONS) -> str:
     reasons = load_reasons(reasons_file)
     lines = [
@@ -169,8 +238,27 @@ def section(results: Path = RESULTS, reasons_file: Path = REASONS) -> str:
         "|---|---|---|---|---|",
     ]
     rows: list[tuple[GatewayRun, dict[str, Any]]] = []
+    same_era: list[str] = []
     for run in RUNS:
         summary = load_run(run.label, results)
+        direct_run = load_run(run.direct, results) if run.direct else None
+        if run.same_era and direct_run is not None:
+            if summary is None:
+                lines.append(
+                    f"| {run.suite} | {run.upstream} | not recorded | {_counts(direct_run)} "
+                    f"| {_counts(load_run(run.baseline, results))} (`{run.baseline}`) |"
+                )
+                same_era.append(f"- `{run.label}`: not recorded yet.")
+            else:
+                lost = lost_checks(direct_run, summary)
+                same_era.append(
+                    f"- `{run.label}`: every check that passes direct (`{run.direct}`) passes "
+                    "through."
+                    if not lost
+                    else f"- `{run.label}`: **{len(lost)} "
+                    f"{'check passes' if len(lost) == 1 else 'checks pass'} direct "
+                    f"(`{run.direct}`) but not through:** " + "; ".join(lost) + "."
+                )
         if summary is None:
             continue
         rows.append((run, summary))
@@ -197,6 +285,19 @@ def section(results: Path = RESULTS, reasons_file: Path = REASONS) -> str:
                 f"DESIGN §5.4 leaves out across eras, and pending scenarios): "
                 f"{u['SUCCESS']} pass / {u['FAILURE']} fail / {u['WARNING']} warn."
             )
+    if same_era:
+        lines += [
+            "",
+            "### Dual-era upstreams: every check that passes direct passes through",
+            "",
+            "A legacy client of a dual-era server must get through the gateway what it gets "
+            "from that server directly (issue #10, DESIGN §5.3). `py2-push` and `ts2-push` "
+            "are the py2 and ts2 fixtures with `--push`: their tools push "
+            "`sampling/createMessage` and `elicitation/create` on the session (as the SDK "
+            "2.x `everything-server` does), which a modern request has no back-channel for.",
+            "",
+            *same_era,
+        ]
     table = [
         "",
         "### Every scored check that does not pass through the gateway",

@@ -47,9 +47,13 @@ SERVERS: dict[str, list[str]] = {
         str(HERE / "py2_fixture_server.py"),
         "--modern-only",
     ],
+    # Dual-era, push-style tools (the SDK 2.x everything-server style; issue #10).
+    "py2-push": [str(PEERS / "py2/bin/python"), str(HERE / "py2_fixture_server.py"), "--push"],
     "py1": [str(PEERS / "py1/bin/python"), str(HERE / "py1_fixture_server.py")],
     "ts2-dual": ["node", str(HERE / "ts2_fixture_server.mjs")],
     "ts2-modern": ["node", str(HERE / "ts2_fixture_server.mjs"), "--modern-only"],
+    # Dual-era, elicitation and sampling pushed with the SDK's push API (issue #10).
+    "ts2-push": ["node", str(HERE / "ts2_fixture_server.mjs"), "--push"],
     # @modelcontextprotocol/sdk 1.32.2 runs on the system Node (>= 18), else the suite's Node 22.
     "ts1": [shutil.which("node") or str(NODE22), str(HERE / "ts1_fixture_server.mjs")],
 }

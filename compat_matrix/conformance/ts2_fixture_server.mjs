@@ -2,7 +2,7 @@
 // every fixture the official conformance suite's server scenarios call, the
 // same tools/resources/prompts as py2_fixture_server.py.
 //
-//   node compat_matrix/conformance/ts2_fixture_server.mjs [--http PORT] [--modern-only]
+//   node compat_matrix/conformance/ts2_fixture_server.mjs [--http PORT] [--modern-only | --push]
 //
 // Default: dual-era over stdio (`serveStdio(factory)`). `--modern-only` refuses
 // a legacy `initialize` with -32022 (`legacy: 'reject'`). `--http PORT` serves
@@ -25,6 +25,11 @@
 // (elicitation/create, sampling/createMessage, roots/list) and re-enters the
 // handler. requestState is sealed with the SDK's HMAC codec
 // (`createRequestStateCodec`); a tampered one is -32602 before the handler runs.
+//
+// `--push` (issue #10): dual-era, but elicitation and sampling are pushed with
+// the SDK's push API (`ctx.mcpReq.elicitInput` / `ctx.mcpReq.requestSampling`)
+// whatever the era, as a tool written push-style does; roots stay
+// multi-round-trip (the handler context has no push API for roots/list).
 //
 // The texts, payloads and request shapes come from fixture_data.json, the JSON
 // export of fixture_data.py (tests/test_conformance_fixtures.py keeps them in
@@ -67,6 +72,7 @@ const { z } = require('zod');
 
 const argv = process.argv.slice(2);
 const modernOnly = argv.includes('--modern-only');
+const pushStyle = argv.includes('--push');
 const httpAt = argv.indexOf('--http');
 const httpPort = httpAt >= 0 ? Number(argv[httpAt + 1]) : null;
 
@@ -91,6 +97,16 @@ const text = t => ({ content: [{ type: 'text', text: t }] });
  * wrong kind (e.g. `{user_name: 12345}`) counts as missing and is asked again.
  */
 async function gather(ctx, asks, state) {
+    if (pushStyle && Object.values(asks).every(ask => ask.method !== 'roots/list')) {
+        const answers = {};
+        for (const [key, ask] of Object.entries(asks)) {
+            answers[key] =
+                ask.method === 'elicitation/create'
+                    ? await ctx.mcpReq.elicitInput(ask.params)
+                    : await ctx.mcpReq.requestSampling(ask.params);
+        }
+        return { answers };
+    }
     const responses = ctx.mcpReq.inputResponses;
     const answers = {};
     const missing = {};
