@@ -724,7 +724,10 @@ async def test_legacy_client_through_modern_http_with_param_headers() -> None:
     assert init["result"]["serverInfo"]["name"] == "scripted-http-modern"
     assert reply["result"]["content"][0]["text"] == "ap-south"
     assert "resultType" not in reply["result"]
-    assert not server.posts("initialize")
+    # The one initialize is the gateway's legacy check (2026-07-28 "Dual-era"):
+    # the client's own handshake never reached the modern server.
+    (checked,) = server.posts("initialize")
+    assert checked.message["params"]["clientInfo"]["name"] == "mcp-era-gateway"
 
 
 async def test_gateway_over_http_sse_transport() -> None:
@@ -877,14 +880,17 @@ async def modern_mrtr_call(c: Client, name: str, arguments: dict[str, Any]) -> w
 
 
 @pytest.mark.peers
-async def test_py2_dual_http_is_modern_and_serves_both_eras(peers: dict[str, str]) -> None:
+async def test_py2_dual_http_is_dual_and_serves_both_eras(peers: dict[str, str]) -> None:
+    """Issue 10: mcp 2.x over HTTP serves both eras on one endpoint, so the
+    probe says dual, and each client is served in its own era."""
     async with http_gateway(peers["py2"]) as c:
         simple = await c.call("tools/call", {"name": "test_simple_text", "arguments": {}})
         header = await c.call(
             "tools/call", {"name": "test_header_param", "arguments": {"region": "Zürich"}}
         )
-        assert c.service.pool.era is era.Era.MODERN
-        assert c.service.pool.probe_report["reason"] == "DiscoverResult"
+        assert c.service.pool.era_name == "dual"
+        assert c.service.pool.probe_report["modern"] == "DiscoverResult"
+        assert c.service.pool.probe_report["legacy"].startswith("InitializeResult 2025-")
         await c.initialize({"elicitation": {}})
         legacy = await c.call(
             "tools/call", {"name": "test_header_param", "arguments": {"region": "us"}}, modern=False
@@ -895,10 +901,11 @@ async def test_py2_dual_http_is_modern_and_serves_both_eras(peers: dict[str, str
     assert simple["result"]["resultType"] == "complete"
     assert text_of(header) == "region=Zürich"  # Mcp-Param-Region in the base64 form
     assert text_of(legacy) == "region=us" and "resultType" not in legacy["result"]
-    # DESIGN §5.2.5 over HTTP: the modern server's input_required became a
-    # server request to the legacy client, and the retry completed the call.
+    # DESIGN §5.3: the legacy client has a legacy session of its own upstream,
+    # where the server asks its elicitation as a request, passed through.
     assert [m["method"] for m in asked] == ["elicitation/create"]
     assert text_of(mrtr) == "Hello, Ada!"
+    assert c.service.pool.path_for(True) == "legacy->legacy(dual)"
 
 
 @pytest.mark.peers
