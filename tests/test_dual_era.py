@@ -294,3 +294,39 @@ async def test_an_outage_in_the_legacy_check_is_no_verdict() -> None:
     assert not era_probe.judge_legacy_check(http_404).outage
     assert era_probe.judge_legacy_check(http_404).initialize is None
     await anyio.lowlevel.checkpoint()
+
+
+async def test_a_dual_servers_legacy_process_is_restarted_on_demand() -> None:
+    """Issue 10: over stdio one process per era in use, "supervised and
+    bounded like the others": the legacy process dies, the modern one stays,
+    and the next legacy call starts a new legacy process (initialize first)."""
+    seen: list[wire.Message] = []
+    async with gateway(push_server(seen)) as c:
+        await c.initialize(LEGACY_CAPS)
+        modern_proc, legacy_proc = c.upstream.spawned
+        legacy_proc.die()
+        with anyio.fail_after(5):
+            while c.service.pool.restarts == 0:  # the supervisor saw the exit
+                await anyio.lowlevel.checkpoint()
+        await c.send(wire.request(3, "tools/call", {"name": "push", "arguments": {}}))
+        reply = await answer_pushes(c, 3)
+        modern = await c.call("tools/call", {"name": "push"})
+        assert [s.era for s in c.upstream.spawned] == ["modern", "legacy", "legacy"]
+        assert not modern_proc.closed
+    assert reply["result"]["content"][0]["text"] == "Ada|sampled|file:///work"
+    assert NO_BACK_CHANNEL in modern["error"]["message"]
+
+
+async def test_legacy_sessions_of_a_dual_server_are_bounded_by_max_processes() -> None:
+    """DESIGN §5.1.1 on a dual upstream: legacy sessions stay per principal
+    and feature set, and `max_processes` bounds them (the idle one goes);
+    the modern connection is not one of them."""
+    async with gateway(push_server(), max_sessions=2, max_processes=1) as c:
+        pool = c.service.pool
+        first = await pool.session_for("local", {"roots": {}}, legacy_client=True)
+        second = await pool.session_for("local", {"sampling": {}}, legacy_client=True)
+        assert first is not second and not first.alive and second.alive
+        assert second.key.dual_legacy and second.profile is not None
+        assert second.profile.era is era.Era.LEGACY
+        modern = await pool.session_for("local", {})
+        assert modern.alive and not modern.key.dual_legacy and second.alive

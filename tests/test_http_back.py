@@ -32,6 +32,7 @@ from tests.servers.scripted_http import (
     COMMENT,
     PRIMING,
     Ask,
+    DualHttp,
     HttpRequest,
     HttpServer,
     LegacyHttp,
@@ -735,6 +736,46 @@ async def test_gateway_over_http_sse_transport() -> None:
         reply = await c.call("tools/call", {"name": "echo", "arguments": {"text": "old"}})
     assert reply["result"]["content"][0]["text"] == "old"
     assert reply["result"]["resultType"] == "complete"
+
+
+async def test_dual_http_server_serves_each_client_in_its_own_era() -> None:
+    """Issue 10 over HTTP: one endpoint serves both eras. The probe says dual
+    (the discover POSTed with the modern headers, the legacy `initialize`
+    without them), a legacy client's call runs in a legacy session where the
+    tool's elicitation/create reaches it as a request, and a modern client's
+    call goes to the modern side."""
+
+    async def push(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        answer = await ask.ask("elicitation/create", {"message": "Name?", "requestedSchema": {}})
+        return {"content": [{"type": "text", "text": answer["result"]["content"]["name"]}]}
+
+    async def modern_push(
+        msg: wire.Message, req: HttpRequest, server: HttpServer
+    ) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": "modern side"}]}
+
+    behaviour = DualHttp(LegacyHttp(tools={"push": push}), ModernHttp(calls={"push": modern_push}))
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        pool = c.service.pool
+        assert pool.era_name == "dual"
+        assert pool.probe_report["legacy"] == "InitializeResult 2025-11-25"
+        modern = await c.call("tools/call", {"name": "push", "arguments": {}})
+        await c.initialize({"elicitation": {}})
+        asked, legacy = await legacy_call_answering(c, 77, {"name": "push", "arguments": {}}, ADA)
+    assert text_of(modern) == "modern side" and modern["result"]["resultType"] == "complete"
+    assert [m["method"] for m in asked] == ["elicitation/create"]
+    assert text_of(legacy) == "Ada" and "resultType" not in legacy["result"]
+    # The legacy check's session served the legacy client: one initialize in all.
+    (checked,) = server.posts("initialize")
+    assert "mcp-protocol-version" not in checked.headers
+
+
+async def test_modern_only_http_server_is_modern() -> None:
+    """Issue 10: a modern-only server refuses the legacy `initialize`; it is
+    modern (a 400 with -32022: no session was opened to close)."""
+    async with serve(ModernHttp()) as server, http_gateway(server.url) as c:
+        assert c.service.pool.era_name == "modern"
+        assert "initialize refused: -32022" in c.service.pool.probe_report["legacy"]
 
 
 # -- real peers over HTTP (PEERS.md "Wire facts (Streamable HTTP)") ---------------------
