@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import structlog
 
 from gateway import era, wire
 from gateway.runtime.client_link import ClientLink
@@ -330,3 +331,17 @@ async def test_legacy_sessions_of_a_dual_server_are_bounded_by_max_processes() -
         assert second.profile.era is era.Era.LEGACY
         modern = await pool.session_for("local", {})
         assert modern.alive and not modern.key.dual_legacy and second.alive
+
+
+async def test_each_calls_debug_line_names_the_path_it_took() -> None:
+    """Issue 10: "The server's own era choice is visible per call in the debug
+    log": a legacy client served natively by a dual-era server, and a modern
+    client on its modern side, each get a line naming the path."""
+    async with gateway(dual_server(legacy_server({"tools/call": ok}), modern_server())) as c:
+        with structlog.testing.capture_logs() as logs:
+            await c.call("tools/list")
+            await c.initialize({})
+            await c.call("tools/call", {"name": "t"}, modern=False)
+    paths = {(e.get("method"), e.get("path")) for e in logs if e["event"] == "call"}
+    assert ("tools/call", "legacy->legacy(dual)") in paths
+    assert ("tools/list", "modern->modern(dual)") in paths
