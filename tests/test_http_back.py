@@ -778,6 +778,28 @@ async def test_modern_only_http_server_is_modern() -> None:
         assert "initialize refused: -32022" in c.service.pool.probe_report["legacy"]
 
 
+async def test_a_refused_legacy_check_that_opened_a_session_deletes_it() -> None:
+    """Issue 10 (scope 1): when the legacy check shows the server is
+    modern-only, what it opened is closed: a session id that came with the
+    refusal is DELETEd, not left behind upstream."""
+    modern = ModernHttp()
+
+    async def handler(req: HttpRequest, server: HttpServer) -> Reply:
+        msg = req.message if req.method == "POST" else None
+        if isinstance(msg, dict) and msg.get("method") == "initialize":
+            refusal = wire.error_response(msg["id"], -32601, "Method not found: initialize")
+            return Reply.json(refusal, 200, **{"mcp-session-id": "check-1"})
+        if req.method == "DELETE":
+            return Reply(200)
+        return await modern(req, server)
+
+    async with serve(handler) as server, http_gateway(server.url) as c:
+        assert c.service.pool.era_name == "modern"
+        assert "-32601" in c.service.pool.probe_report["legacy"]
+        deleted = await server.wait_for(lambda r: r.method == "DELETE")
+    assert deleted.headers["mcp-session-id"] == "check-1"
+
+
 # -- real peers over HTTP (PEERS.md "Wire facts (Streamable HTTP)") ---------------------
 
 REPO = Path(__file__).resolve().parent.parent
