@@ -331,10 +331,6 @@ class UpstreamPool:
         features = frozenset(f for f in FEATURES if f in client_caps)
         return SessionKey(principal, features, dual_legacy)
 
-    @property
-    def dual(self) -> bool:
-        return self.legacy_side is not None
-
     def profile_for(self, legacy_client: bool) -> UpstreamProfile | None:
         """The side of the server a client meets: a legacy client of a
         dual-era server gets its legacy side, everyone else `profile`."""
