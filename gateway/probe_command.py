@@ -30,8 +30,8 @@ async def run_probe(config: Config) -> int:
         await pool.start(tg)
         try:
             # One attempt: the command reports it rather than try again.
-            profile = await pool.ready(retry=False)
-            report = {**profile.describe(), "probe": pool.probe_report}
+            await pool.ready(retry=False)
+            report = {**pool.describe(), "probe": pool.probe_report}
             code = 0
         except UpstreamUnavailable as exc:
             report = {"era": None, "error": str(exc)}

@@ -83,6 +83,8 @@ class ScriptedServer:
         # Set by a test: every write to the server fails, as to a broken pipe.
         self.fail_writes = False
         self._asked: dict[wire.RequestId, tuple[anyio.Event, list[wire.Message]]] = {}
+        # The era a dual-era script fixed by its first request.
+        self.era: str | None = None
         self._next_ask = 0
 
     # gateway side
@@ -338,6 +340,27 @@ def modern_server(
                         )
 
                 tasks.start_soon(answer)
+
+    return behaviour
+
+
+def dual_server(legacy: Behaviour, modern: Behaviour) -> Behaviour:
+    """A dual-era server as mcp 2.x runs one over stdio (PEERS.md "Wire
+    facts"): each process fixes its era by its first request, a modern one
+    (`_meta` with a protocol version) making it `modern`, anything else
+    (`initialize`) making it `legacy`."""
+
+    async def behaviour(server: ScriptedServer) -> None:
+        first = await server.recv()
+        receive = server.recv
+        waiting = [first]
+
+        async def recv() -> wire.Message:
+            return waiting.pop() if waiting else await receive()
+
+        server.recv = recv  # type: ignore[method-assign]
+        server.era = "modern" if era.is_modern(first) else "legacy"
+        await (modern if server.era == "modern" else legacy)(server)
 
     return behaviour
 

@@ -32,6 +32,7 @@ from tests.servers.scripted_http import (
     COMMENT,
     PRIMING,
     Ask,
+    DualHttp,
     HttpRequest,
     HttpServer,
     LegacyHttp,
@@ -749,7 +750,10 @@ async def test_legacy_client_through_modern_http_with_param_headers() -> None:
     assert init["result"]["serverInfo"]["name"] == "scripted-http-modern"
     assert reply["result"]["content"][0]["text"] == "ap-south"
     assert "resultType" not in reply["result"]
-    assert not server.posts("initialize")
+    # The one initialize is the gateway's legacy check (2026-07-28 "Dual-era"):
+    # the client's own handshake never reached the modern server.
+    (checked,) = server.posts("initialize")
+    assert checked.message["params"]["clientInfo"]["name"] == "mcp-era-gateway"
 
 
 async def test_gateway_over_http_sse_transport() -> None:
@@ -757,6 +761,68 @@ async def test_gateway_over_http_sse_transport() -> None:
         reply = await c.call("tools/call", {"name": "echo", "arguments": {"text": "old"}})
     assert reply["result"]["content"][0]["text"] == "old"
     assert reply["result"]["resultType"] == "complete"
+
+
+async def test_dual_http_server_serves_each_client_in_its_own_era() -> None:
+    """Issue 10 over HTTP: one endpoint serves both eras. The probe says dual
+    (the discover POSTed with the modern headers, the legacy `initialize`
+    without them), a legacy client's call runs in a legacy session where the
+    tool's elicitation/create reaches it as a request, and a modern client's
+    call goes to the modern side."""
+
+    async def push(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        answer = await ask.ask("elicitation/create", {"message": "Name?", "requestedSchema": {}})
+        return {"content": [{"type": "text", "text": answer["result"]["content"]["name"]}]}
+
+    async def modern_push(
+        msg: wire.Message, req: HttpRequest, server: HttpServer
+    ) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": "modern side"}]}
+
+    behaviour = DualHttp(LegacyHttp(tools={"push": push}), ModernHttp(calls={"push": modern_push}))
+    async with serve(behaviour) as server, http_gateway(server.url) as c:
+        pool = c.service.pool
+        assert pool.era_name == "dual"
+        assert pool.probe_report["legacy"] == "InitializeResult 2025-11-25"
+        modern = await c.call("tools/call", {"name": "push", "arguments": {}})
+        await c.initialize({"elicitation": {}})
+        asked, legacy = await legacy_call_answering(c, 77, {"name": "push", "arguments": {}}, ADA)
+    assert text_of(modern) == "modern side" and modern["result"]["resultType"] == "complete"
+    assert [m["method"] for m in asked] == ["elicitation/create"]
+    assert text_of(legacy) == "Ada" and "resultType" not in legacy["result"]
+    # The legacy check's session served the legacy client: one initialize in all.
+    (checked,) = server.posts("initialize")
+    assert "mcp-protocol-version" not in checked.headers
+
+
+async def test_modern_only_http_server_is_modern() -> None:
+    """Issue 10: a modern-only server refuses the legacy `initialize`; it is
+    modern (a 400 with -32022: no session was opened to close)."""
+    async with serve(ModernHttp()) as server, http_gateway(server.url) as c:
+        assert c.service.pool.era_name == "modern"
+        assert "initialize refused: -32022" in c.service.pool.probe_report["legacy"]
+
+
+async def test_a_refused_legacy_check_that_opened_a_session_deletes_it() -> None:
+    """Issue 10 (scope 1): when the legacy check shows the server is
+    modern-only, what it opened is closed: a session id that came with the
+    refusal is DELETEd, not left behind upstream."""
+    modern = ModernHttp()
+
+    async def handler(req: HttpRequest, server: HttpServer) -> Reply:
+        msg = req.message if req.method == "POST" else None
+        if isinstance(msg, dict) and msg.get("method") == "initialize":
+            refusal = wire.error_response(msg["id"], -32601, "Method not found: initialize")
+            return Reply.json(refusal, 200, **{"mcp-session-id": "check-1"})
+        if req.method == "DELETE":
+            return Reply(200)
+        return await modern(req, server)
+
+    async with serve(handler) as server, http_gateway(server.url) as c:
+        assert c.service.pool.era_name == "modern"
+        assert "-32601" in c.service.pool.probe_report["legacy"]
+        deleted = await server.wait_for(lambda r: r.method == "DELETE")
+    assert deleted.headers["mcp-session-id"] == "check-1"
 
 
 # -- real peers over HTTP (PEERS.md "Wire facts (Streamable HTTP)") ---------------------
@@ -902,14 +968,17 @@ async def modern_mrtr_call(c: Client, name: str, arguments: dict[str, Any]) -> w
 
 
 @pytest.mark.peers
-async def test_py2_dual_http_is_modern_and_serves_both_eras(peers: dict[str, str]) -> None:
+async def test_py2_dual_http_is_dual_and_serves_both_eras(peers: dict[str, str]) -> None:
+    """Issue 10: mcp 2.x over HTTP serves both eras on one endpoint, so the
+    probe says dual, and each client is served in its own era."""
     async with http_gateway(peers["py2"]) as c:
         simple = await c.call("tools/call", {"name": "test_simple_text", "arguments": {}})
         header = await c.call(
             "tools/call", {"name": "test_header_param", "arguments": {"region": "Zürich"}}
         )
-        assert c.service.pool.era is era.Era.MODERN
-        assert c.service.pool.probe_report["reason"] == "DiscoverResult"
+        assert c.service.pool.era_name == "dual"
+        assert c.service.pool.probe_report["modern"] == "DiscoverResult"
+        assert c.service.pool.probe_report["legacy"].startswith("InitializeResult 2025-")
         await c.initialize({"elicitation": {}})
         legacy = await c.call(
             "tools/call", {"name": "test_header_param", "arguments": {"region": "us"}}, modern=False
@@ -920,10 +989,11 @@ async def test_py2_dual_http_is_modern_and_serves_both_eras(peers: dict[str, str
     assert simple["result"]["resultType"] == "complete"
     assert text_of(header) == "region=Zürich"  # Mcp-Param-Region in the base64 form
     assert text_of(legacy) == "region=us" and "resultType" not in legacy["result"]
-    # DESIGN §5.2.5 over HTTP: the modern server's input_required became a
-    # server request to the legacy client, and the retry completed the call.
+    # DESIGN §5.3: the legacy client has a legacy session of its own upstream,
+    # where the server asks its elicitation as a request, passed through.
     assert [m["method"] for m in asked] == ["elicitation/create"]
     assert text_of(mrtr) == "Hello, Ada!"
+    assert c.service.pool.path_for(True) == "legacy->legacy(dual)"
 
 
 @pytest.mark.peers

@@ -298,8 +298,12 @@ async def test_legacy_client_reaches_modern_server() -> None:
     assert meta[era.CLIENT_CAPABILITIES] == {"roots": {}}
     assert meta[era.CLIENT_INFO]["name"] == "legacy-test-client"
     assert meta[era.LOG_LEVEL] == "debug"
-    # Nothing of the handshake or the removed methods reached the modern server.
-    assert {m.get("method") for m in seen} == {"server/discover", "tools/call"}
+    # Nothing of the client's handshake or the removed methods reached the
+    # modern server: its one initialize is the gateway's legacy check
+    # (2026-07-28 "Dual-era"), refused, so the server is modern-only.
+    assert {m.get("method") for m in seen} == {"server/discover", "initialize", "tools/call"}
+    (checked,) = [m for m in seen if m.get("method") == "initialize"]
+    assert checked["params"]["clientInfo"]["name"] == "mcp-era-gateway"
 
 
 async def test_unsupported_version_upstream_rediscovers_and_retries_once() -> None:

@@ -83,3 +83,37 @@ def judge(reply: wire.Message, ours: tuple[str, ...] = era.MODERN_VERSIONS) -> P
             return ProbeVerdict(era.Era.LEGACY, reason=f"no common modern version in {supported}")
         return ProbeVerdict(era.Era.MODERN, reason=f"modern error {code}")
     return ProbeVerdict(era.Era.LEGACY, reason=f"error {code}: {error.get('message', '')!s:.80}")
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyCheck:
+    """What a modern server's answer to a legacy `initialize` says about it
+    (2026-07-28 "Dual-era"): `initialize` set when it serves legacy clients
+    too, `outage` when the answer says nothing about its era."""
+
+    initialize: dict[str, Any] | None
+    reason: str
+    outage: bool = False
+
+
+def judge_legacy_check(reply: wire.Message) -> LegacyCheck:
+    """A legacy InitializeResult means dual-era; a refusal (a modern error,
+    -32601, any JSON-RPC error, an HTTP 4xx) means modern-only; a failed
+    exchange or an HTTP 5xx is an outage, never a verdict (DESIGN §4)."""
+    result = reply.get("result")
+    if isinstance(result, dict):
+        version = result.get("protocolVersion")
+        if version in era.LEGACY_VERSIONS and isinstance(result.get("capabilities"), dict):
+            return LegacyCheck(result, f"InitializeResult {version}")
+        return LegacyCheck(None, f"initialize answered with no legacy version ({version!r:.40})")
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        return LegacyCheck(None, "initialize answered with neither result nor error")
+    data = error.get("data")
+    if isinstance(data, dict) and data.get("source") == wire.GATEWAY_SOURCE:
+        status = data.get("status")
+        if not isinstance(status, int) or status >= 500:
+            return LegacyCheck(None, str(error.get("message", ""))[:120], outage=True)
+    return LegacyCheck(
+        None, f"initialize refused: {error.get('code')} {error.get('message', '')!s:.80}"
+    )

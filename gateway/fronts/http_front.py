@@ -150,9 +150,15 @@ class HttpFront:
             status = 200
             body = {
                 "status": "ready",
-                "era": pool.profile.era.value,
+                "era": pool.era_name,
                 "server": pool.profile.server_info,
             }
+            if pool.legacy_side is not None:
+                # A dual-era server: the version each era of client meets.
+                body["versions"] = {
+                    "modern": pool.profile.version,
+                    "legacy": pool.legacy_side.version,
+                }
         elif pool.awaiting_credentials:
             # Reachable, and it wants the clients' own credentials: the era is
             # learnt with the first one, so traffic must be let in.
@@ -478,7 +484,11 @@ class HttpFront:
             if reply is not None:
                 self._observe(reply)
                 self.metrics.observe_request(
-                    msg["method"], link, reply, time.perf_counter() - started
+                    msg["method"],
+                    link,
+                    reply,
+                    time.perf_counter() - started,
+                    self.service.pool.path_for(link.session is not None),
                 )
         finally:
             output.close(msg_id)

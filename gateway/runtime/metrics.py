@@ -41,9 +41,12 @@ class Metrics:
         link: ClientLink,
         reply: wire.Message,
         seconds: float,
-        upstream_era: str = "",
+        path: str = "",
     ) -> None:
-        path = f"{'legacy' if link.session is not None else 'modern'}->{upstream_era or 'upstream'}"
+        """`path`: the era path the call took (`UpstreamPool.path_for`), e.g.
+        "legacy->legacy(dual)" for a legacy client a dual-era server serves
+        natively, "legacy->modern" for one translated onto a modern server."""
+        path = path or f"{'legacy' if link.session is not None else 'modern'}->upstream"
         error = reply.get("error")
         result = reply.get("result")
         if isinstance(error, dict):

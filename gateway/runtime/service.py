@@ -153,8 +153,13 @@ class GatewayService:
         reader shapes and writes back. False leaves it to the task path (the
         MRTR bridge, lease waits, session start-up, level changes, retries on
         -32022 or input_required are all handled there)."""
-        profile = self.pool.profile
-        if profile is None or not self.pool.settled:
+        pool = self.pool
+        # A legacy client of a dual-era server meets its legacy side (DESIGN §5.3).
+        legacy = link.session is not None or msg["method"] == "initialize"
+        if legacy and pool.legacy_side is not None and era.is_modern(msg):
+            legacy = False  # modern `_meta`: served modern whatever came before
+        profile = pool.legacy_side if legacy and pool.legacy_side is not None else pool.profile
+        if profile is None or not pool.settled:
             return False
         decision = routing.route_request(
             msg,
@@ -173,7 +178,7 @@ class GatewayService:
             return False
         if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
             return False
-        session = self.pool.session_now(link.principal, decision.client_capabilities)
+        session = pool.session_now(link.principal, decision.client_capabilities, legacy)
         if session is None or session.profile is None or session.profile.era is not profile.era:
             return False
         if session.log_level_needed(decision.log_level) is not None:
@@ -182,6 +187,8 @@ class GatewayService:
         if shared is None:
             return False
         msg_id: wire.RequestId = msg["id"]
+        if pool.legacy_side is not None:
+            log.debug("call", method=decision.method, path=pool.path_for(legacy))
         params: dict[str, Any] | None = decision.params
         token = _progress_token(params)
         upstream_token = None
@@ -313,12 +320,15 @@ class GatewayService:
         self, link: ClientLink, msg: wire.Message, call: InflightCall
     ) -> wire.Message | None:
         msg_id = msg["id"]
+        legacy = (link.session is not None or msg["method"] == "initialize") and not era.is_modern(
+            msg
+        )
         try:
-            if self.pool.settled and self.pool.profile is not None:
-                profile = self.pool.profile
-            else:
+            if not (self.pool.settled and self.pool.profile is not None):
                 with anyio.fail_after(self.config.startup_timeout):
-                    profile = await self.pool.ready(link.principal)
+                    await self.pool.ready(link.principal)
+            profile = self.pool.profile_for(legacy)
+            assert profile is not None  # ready() returned: the era is settled
         except UpstreamUnauthorized as exc:
             return failure_reply(exc, msg_id)
         except (UpstreamUnavailable, TimeoutError) as exc:
@@ -333,8 +343,11 @@ class GatewayService:
         if isinstance(decision, routing.Reply):
             return decision.message
         call.log_level = decision.log_level
+        log.debug("call", method=decision.method, path=self.pool.path_for(legacy))
         try:
-            session = await self.pool.session_for(link.principal, decision.client_capabilities)
+            session = await self.pool.session_for(
+                link.principal, decision.client_capabilities, legacy
+            )
             if session.profile is not None and session.profile.era is not profile.era:
                 # The upstream changed era (a restart re-probed it) while this
                 # request waited: route it afresh for the server it will meet.
@@ -342,7 +355,9 @@ class GatewayService:
                 decision = self._route(link, msg, profile)
                 if isinstance(decision, routing.Reply):
                     return decision.message
-                session = await self.pool.session_for(link.principal, decision.client_capabilities)
+                session = await self.pool.session_for(
+                    link.principal, decision.client_capabilities, legacy
+                )
             if decision.shape is routing.Shape.TO_LEGACY and decision.method in (
                 "resources/subscribe",
                 "resources/unsubscribe",
@@ -520,7 +535,8 @@ class GatewayService:
             if isinstance(target, str | int):
                 self.cancel_request(link, target)
             return
-        profile = self.pool.profile
+        legacy = link.session is not None
+        profile = self.pool.profile_for(legacy)
         if profile is None:
             return
         if (
@@ -535,7 +551,7 @@ class GatewayService:
             return
         key_caps = link.session.modern_capabilities() if link.session else {}
         try:
-            session = await self.pool.session_for(link.principal, key_caps)
+            session = await self.pool.session_for(link.principal, key_caps, legacy)
             await session.notify(upstream_msg["method"], upstream_msg.get("params"))
         except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
             log.warning("client notification not delivered upstream", method=method, error=str(exc))

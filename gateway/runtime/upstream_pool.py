@@ -122,6 +122,10 @@ class UpstreamPool:
         self._tg: TaskGroup | None = None
         self.era: era.Era | None = None
         self.profile: UpstreamProfile | None = None
+        # A dual-era server (2026-07-28 "Dual-era"; DESIGN §5.3): `era` is
+        # modern and `profile` its modern side; this is its legacy side, which
+        # legacy clients get natively on legacy sessions of their own.
+        self.legacy_side: UpstreamProfile | None = None
         self.probe_report: dict[str, Any] = {}
         self.sessions: dict[SessionKey, UpstreamSession] = {}
         self._processes: dict[UpstreamSession, ServerConnection] = {}
@@ -311,33 +315,77 @@ class UpstreamPool:
             process.uncork()
 
     # -- choosing a session ----------------------------------------------
-    def _default_key(self, principal: str) -> SessionKey:
-        return SessionKey(principal, frozenset(FEATURES))
+    def _default_key(self, principal: str, dual_legacy: bool = False) -> SessionKey:
+        return SessionKey(principal, frozenset(FEATURES), dual_legacy)
 
-    def key_for(self, principal: str, client_caps: dict[str, Any]) -> SessionKey:
+    def key_for(
+        self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
+    ) -> SessionKey:
+        dual_legacy = False
         if self.era is era.Era.MODERN:
-            return SessionKey(principal, frozenset()) if self._forward else MODERN_KEY
+            if not (legacy_client and self.legacy_side is not None):
+                return SessionKey(principal, frozenset()) if self._forward else MODERN_KEY
+            dual_legacy = True
         if self.config.max_sessions == 1:
-            return self._default_key(principal)
-        return SessionKey(principal, frozenset(f for f in FEATURES if f in client_caps))
+            return self._default_key(principal, dual_legacy)
+        features = frozenset(f for f in FEATURES if f in client_caps)
+        return SessionKey(principal, features, dual_legacy)
+
+    def profile_for(self, legacy_client: bool) -> UpstreamProfile | None:
+        """The side of the server a client meets: a legacy client of a
+        dual-era server gets its legacy side, everyone else `profile`."""
+        if legacy_client and self.legacy_side is not None:
+            return self.legacy_side
+        return self.profile
+
+    @property
+    def era_name(self) -> str | None:
+        """The upstream's era as reported: modern, legacy or dual."""
+        if self.legacy_side is not None:
+            return "dual"
+        return self.era.value if self.era is not None else None
+
+    def path_for(self, legacy_client: bool) -> str:
+        """The era path a client's calls take, e.g. "legacy->legacy(dual)"."""
+        client = "legacy" if legacy_client else "modern"
+        profile = self.profile_for(legacy_client)
+        if profile is None:
+            return f"{client}->upstream"
+        served = profile.era.value + ("(dual)" if self.legacy_side is not None else "")
+        return f"{client}->{served}"
+
+    def describe(self) -> dict[str, Any]:
+        """The `probe` command's and /readyz's view of the upstream."""
+        assert self.profile is not None
+        if self.legacy_side is None:
+            return self.profile.describe()
+        modern = {k: v for k, v in self.profile.describe().items() if k != "era"}
+        legacy = {k: v for k, v in self.legacy_side.describe().items() if k != "era"}
+        return {"era": "dual", "modern": modern, "legacy": legacy}
 
     @property
     def settled(self) -> bool:
         return self._ready.is_set() and self.profile is not None
 
-    def session_now(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession | None:
+    def session_now(
+        self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
+    ) -> UpstreamSession | None:
         """The live session for a call, if it exists already (the fast path)."""
-        session = self.sessions.get(self.key_for(principal, client_caps))
+        session = self.sessions.get(self.key_for(principal, client_caps, legacy_client))
         if session is None or not session.alive:
             return None
         return self._claim(session)
 
-    async def session_for(self, principal: str, client_caps: dict[str, Any]) -> UpstreamSession:
-        session = self.session_now(principal, client_caps) if self.settled else None
+    async def session_for(
+        self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
+    ) -> UpstreamSession:
+        """`legacy_client`: the session is for a legacy client, which a
+        dual-era server serves on a legacy session of its own."""
+        session = self.session_now(principal, client_caps, legacy_client) if self.settled else None
         if session is not None:
             return session
         await self.ready(principal)
-        key = self.key_for(principal, client_caps)
+        key = self.key_for(principal, client_caps, legacy_client)
         try:
             with anyio.fail_after(self.config.startup_timeout):
                 async with self._lock:
@@ -367,7 +415,12 @@ class UpstreamPool:
         and it declared exactly `key`'s features (it holds no client's state;
         with forwarded credentials it holds none of theirs, so never then)."""
         session, self._unclaimed = self._unclaimed, None
-        if session is None or not session.alive or session.key.features != key.features:
+        if (
+            session is None
+            or not session.alive
+            or session.key.features != key.features
+            or session.key.dual_legacy != key.dual_legacy
+        ):
             return None
         if self.sessions.get(session.key) is session:
             del self.sessions[session.key]
@@ -381,13 +434,16 @@ class UpstreamPool:
         `max_sessions` bounds one principal's sessions (one per declared
         feature set); `max_processes` bounds them all. Past a bound the least
         recently used idle session goes; a busy one never does."""
-        if self.era is era.Era.MODERN:
-            await self._bound(self._live(key), MODERN_CONNECTIONS, "upstream connections")
+        if self.era is era.Era.MODERN and not key.dual_legacy:
+            modern = [s for s in self._live(key) if not s.key.dual_legacy]
+            await self._bound(modern, MODERN_CONNECTIONS, "upstream connections")
             return
         cfg = self.config
-        own = [s for s in self._live(key) if s.key.principal == key.principal]
+        # (A dual-era server's modern connections are not legacy sessions.)
+        legacy = [s for s in self._live(key) if s.key.dual_legacy == key.dual_legacy]
+        own = [s for s in legacy if s.key.principal == key.principal]
         await self._bound(own, cfg.max_sessions, "upstream sessions of this client (max_sessions)")
-        await self._bound(self._live(key), cfg.max_processes, "upstream processes (max_processes)")
+        await self._bound(legacy, cfg.max_processes, "upstream processes (max_processes)")
 
     def _live(self, key: SessionKey) -> list[UpstreamSession]:
         return [s for s in self.sessions.values() if s.alive and s.key != key]
@@ -436,7 +492,7 @@ class UpstreamPool:
             session = await self._spawn(key)
             if not first and self.era is not None:
                 try:
-                    if self.era is era.Era.MODERN:
+                    if self.era is era.Era.MODERN and not key.dual_legacy:
                         await self._discover(session, era.NEWEST_MODERN)
                     else:
                         await self._initialize(session, key)
@@ -447,12 +503,20 @@ class UpstreamPool:
                     await self._retire(session, "era changed")
                     self.era = None
                     self.profile = None
+                    self.legacy_side = None
                     session = await self._spawn(key)
             if first or self.era is None:
                 session = await self._settle_era(session, key)
                 if self.era is era.Era.MODERN:
-                    key = self.key_for(key.principal, {})
-                    session.key = key
+                    modern_key = self.key_for(key.principal, {})
+                    session.key = modern_key
+                    if key.dual_legacy and self.legacy_side is not None:
+                        # A legacy client re-probed a dual-era server: the
+                        # modern connection stays, and it gets a legacy session.
+                        self.sessions[modern_key] = session
+                        session = self._adopt(key) or await self._open_legacy_side(key)
+                    else:
+                        key = modern_key
         except BaseException as exc:
             if not isinstance(exc, UpstreamUnauthorized):
                 self._note_failure()  # a credential refused is not an outage
@@ -515,9 +579,16 @@ class UpstreamPool:
         if self.on_session_lost is not None:
             await self.on_session_lost(session)
 
+    async def _open_legacy_side(self, key: SessionKey) -> UpstreamSession:
+        session = await self._spawn(key)
+        await self._initialize(session, key)
+        return session
+
     async def _settle_era(self, session: UpstreamSession, key: SessionKey) -> UpstreamSession:
         started = time.monotonic()
+        self.legacy_side = None
         pinned = self.config.upstream_era
+        legacy_reason: str | None = None
         if pinned == "legacy":
             verdict = era_probe.ProbeVerdict(era.Era.LEGACY, reason="pinned by config")
         elif pinned == "modern":
@@ -534,6 +605,8 @@ class UpstreamPool:
                 await self._discover(session, version)
             session.profile = self.profile
             self.era = era.Era.MODERN
+            if pinned != "modern":
+                legacy_reason = await self._check_legacy(key.principal)
         else:
             self.era = era.Era.LEGACY
             if not session.alive:
@@ -542,17 +615,69 @@ class UpstreamPool:
                 await self._retire(session, "died during the probe")
                 session = await self._spawn(key)
             await self._initialize(session, key)
-        self.probe_report = {
-            "reason": verdict.reason,
-            "elapsedMs": round((time.monotonic() - started) * 1000, 1),
-        }
+        self.probe_report = {"reason": verdict.reason}
+        if legacy_reason is not None:
+            # How each era was found out: the discover, then the legacy check.
+            self.probe_report = {
+                "reason": f"{verdict.reason}; {legacy_reason}",
+                "modern": verdict.reason,
+                "legacy": legacy_reason,
+            }
+        self.probe_report["elapsedMs"] = round((time.monotonic() - started) * 1000, 1)
         log.info(
             "upstream era settled",
-            era=self.era.value,
-            reason=verdict.reason,
+            era=self.era_name,
+            reason=self.probe_report["reason"],
             server=(self.profile.server_info if self.profile else None),
+            **(
+                {"legacyVersion": self.legacy_side.version, "modernVersion": self.profile.version}
+                if self.legacy_side is not None and self.profile is not None
+                else {}
+            ),
         )
         return session
+
+    async def _check_legacy(self, principal: str) -> str:
+        """2026-07-28 "Dual-era": does this modern server serve legacy clients
+        too? A process may fix its era by its first request (mcp 2.x does), so
+        the check gets a connection of its own: a second process over stdio, a
+        second session on the one endpoint over HTTP. When the answer is yes it
+        stays open as the first legacy client's session; otherwise it closes
+        (HTTP: DELETE). Returns how the legacy era was found out."""
+        key = self._default_key(principal, dual_legacy=True)
+        session = await self._spawn(key)
+        request = legacy_handshake.initialize_request(
+            0, capabilities_for(key.features), self.config.client_info
+        )
+        self._stage = "initialize (the legacy check)"
+        try:
+            reply = await session.call(
+                "initialize", request["params"], timeout=self.config.probe_timeout
+            )
+        except UpstreamTimeout:
+            await self._retire(session, "no answer to the legacy check")
+            return "no answer to initialize"
+        except UpstreamGone as exc:
+            await self._retire(session, "exited on the legacy check")
+            return f"exited on initialize: {exc.reason}"
+        _check_credential(reply)
+        check = era_probe.judge_legacy_check(reply)
+        if check.outage:
+            # Nothing is settled until both eras are known.
+            self.era = None
+            self.profile = None
+            raise UpstreamUnavailable(f"the legacy check failed: {check.reason}")
+        if check.initialize is None:
+            await self._retire(session, "the server serves modern clients only")
+            return check.reason
+        await session.notify("notifications/initialized")
+        profile = UpstreamProfile.from_initialize(check.initialize)
+        session.profile = profile
+        self.legacy_side = profile
+        self.sessions[key] = session
+        if not self._forward:
+            self._unclaimed = session
+        return check.reason
 
     async def _probe(
         self, session: UpstreamSession, version: str = era.NEWEST_MODERN
@@ -604,7 +729,10 @@ class UpstreamPool:
         session.profile = profile
         # Every legacy session of one server reports the same server; the first
         # one's answer is the profile clients see.
-        if self.profile is None or self.profile.era is not era.Era.LEGACY:
+        if key.dual_legacy:
+            if self.legacy_side is None:
+                self.legacy_side = profile
+        elif self.profile is None or self.profile.era is not era.Era.LEGACY:
             self.profile = profile
 
     async def _call(

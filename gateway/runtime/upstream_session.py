@@ -44,6 +44,9 @@ class SessionKey:
 
     principal: str
     features: frozenset[str]
+    # A legacy session of a dual-era server (which also has a modern one):
+    # never mistaken for the modern connection of the same principal.
+    dual_legacy: bool = False
 
 
 class Channel(Protocol):

@@ -468,6 +468,24 @@ class LegacyHttp:
 
 
 @dataclass
+class DualHttp:
+    """A dual-era server on one endpoint, as mcp 2.x serves it: a POST whose
+    body carries modern `_meta` is served modern, anything else (initialize,
+    session requests, GET, DELETE) legacy, with sessions."""
+
+    legacy: LegacyHttp
+    modern: ModernHttp
+
+    async def __call__(self, req: HttpRequest, server: HttpServer) -> Reply:
+        msg = req.message if req.method == "POST" else None
+        params = msg.get("params") if isinstance(msg, dict) else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and era.PROTOCOL_VERSION in meta:
+            return await self.modern(req, server)
+        return await self.legacy(req, server)
+
+
+@dataclass
 class OldSseHttp:
     """The deprecated HTTP+SSE transport: GET /sse gives an `endpoint` event,
     POSTs there are accepted (202) and answered on the SSE stream."""
