@@ -48,6 +48,9 @@ class ProbeVerdict:
     # Set when the server is modern but wants another version we also speak.
     retry_version: str | None = None
     reason: str = ""
+    # The server said nothing within the probe timeout: legacy by default,
+    # but a slow modern server may still be starting (see the pool).
+    silent: bool = False
 
 
 def judge(reply: wire.Message, ours: tuple[str, ...] = era.MODERN_VERSIONS) -> ProbeVerdict:

@@ -597,6 +597,7 @@ class UpstreamPool:
             verdict = await self._probe(session)
             if verdict.retry_version is not None:
                 verdict = await self._probe(session, verdict.retry_version)
+        probe_seconds = time.monotonic() - started
         if verdict.era is era.Era.MODERN:
             version = verdict.retry_version or era.NEWEST_MODERN
             if verdict.discover is not None:
@@ -606,7 +607,7 @@ class UpstreamPool:
             session.profile = self.profile
             self.era = era.Era.MODERN
             if pinned != "modern":
-                legacy_reason = await self._check_legacy(key.principal)
+                legacy_reason = await self._check_legacy(key.principal, probe_seconds)
         else:
             self.era = era.Era.LEGACY
             if not session.alive:
@@ -614,7 +615,18 @@ class UpstreamPool:
                 # and treated as legacy.
                 await self._retire(session, "died during the probe")
                 session = await self._spawn(key)
-            await self._initialize(session, key)
+            try:
+                await self._initialize(session, key)
+            except Contradicted as exc:
+                if not verdict.silent:
+                    raise
+                # A modern server slower to start than probe_timeout (mcp 2.x
+                # on a loaded machine) took the timed-out discover as its
+                # first request and now refuses initialize: it is modern after
+                # all, and up by now, so ask it again.
+                log.warning("silent probe contradicted; probing again", reason=str(exc))
+                self.era = None
+                return await self._settle_slow_modern(session, key, started)
         self.probe_report = {"reason": verdict.reason}
         if legacy_reason is not None:
             # How each era was found out: the discover, then the legacy check.
@@ -637,7 +649,26 @@ class UpstreamPool:
         )
         return session
 
-    async def _check_legacy(self, principal: str) -> str:
+    async def _settle_slow_modern(
+        self, session: UpstreamSession, key: SessionKey, started: float
+    ) -> UpstreamSession:
+        self._stage = "server/discover (the era probe, again)"
+        await self._discover(session, era.NEWEST_MODERN)
+        self.era = era.Era.MODERN
+        reason = "DiscoverResult after a silent probe and a modern refusal of initialize"
+        legacy_reason = None
+        if self.config.upstream_era != "modern":
+            legacy_reason = await self._check_legacy(key.principal, time.monotonic() - started)
+        self.probe_report = {
+            "reason": reason if legacy_reason is None else f"{reason}; {legacy_reason}"
+        }
+        if legacy_reason is not None:
+            self.probe_report.update(modern=reason, legacy=legacy_reason)
+        self.probe_report["elapsedMs"] = round((time.monotonic() - started) * 1000, 1)
+        log.info("upstream era settled", era=self.era_name, reason=self.probe_report["reason"])
+        return session
+
+    async def _check_legacy(self, principal: str, probe_seconds: float = 0.0) -> str:
         """2026-07-28 "Dual-era": does this modern server serve legacy clients
         too? A process may fix its era by its first request (mcp 2.x does), so
         the check gets a connection of its own: a second process over stdio, a
@@ -651,8 +682,11 @@ class UpstreamPool:
         )
         self._stage = "initialize (the legacy check)"
         try:
+            # The check's process starts as slowly as the probe's did: give it
+            # that long on top of probe_timeout, or a loaded machine would
+            # make a dual-era server look modern-only.
             reply = await session.call(
-                "initialize", request["params"], timeout=self.config.probe_timeout
+                "initialize", request["params"], timeout=self.config.probe_timeout + probe_seconds
             )
         except UpstreamTimeout:
             await self._retire(session, "no answer to the legacy check")
@@ -690,7 +724,9 @@ class UpstreamPool:
                 timeout=self.config.probe_timeout,
             )
         except UpstreamTimeout:
-            return era_probe.ProbeVerdict(era.Era.LEGACY, reason="no answer to server/discover")
+            return era_probe.ProbeVerdict(
+                era.Era.LEGACY, reason="no answer to server/discover", silent=True
+            )
         except UpstreamGone as exc:
             # The reader may not have seen the exit yet: the session is dead either way.
             session.close(exc.reason)
