@@ -345,3 +345,28 @@ async def test_each_calls_debug_line_names_the_path_it_took() -> None:
     paths = {(e.get("method"), e.get("path")) for e in logs if e["event"] == "call"}
     assert ("tools/call", "legacy->legacy(dual)") in paths
     assert ("tools/list", "modern->modern(dual)") in paths
+
+
+async def test_a_dual_era_servers_ping_reaches_its_legacy_client() -> None:
+    """Issue 10: on a dual-era server a legacy client's session stays native,
+    "its server requests — sampling, elicitation, roots, ping — reach the
+    client as requests" (on other paths the gateway answers a legacy server's
+    ping itself, DESIGN §5.1.5)."""
+
+    async def pinging_tool(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        pong = await server.ask("ping")
+        return {"content": [{"type": "text", "text": f"pong {pong.get('result')}"}]}
+
+    server = dual_server(
+        legacy_server({"tools/call": pinging_tool}, capabilities=PUSH_CAPS),
+        modern_server({"tools/call": no_back_channel}),
+    )
+    async with gateway(server) as c:
+        await c.initialize(LEGACY_CAPS)
+        await c.send(wire.request(9, "tools/call", {"name": "ping", "arguments": {}}))
+        ping = await c.next()
+        assert ping["method"] == "ping"
+        await c.send(wire.result_response(ping["id"], {}))
+        reply = await c.next()
+    assert reply["id"] == 9
+    assert reply["result"]["content"][0]["text"] == "pong {}"

@@ -602,7 +602,7 @@ class GatewayService:
                 )
                 await session.respond(refusal)
                 return
-            if msg["method"] == "ping":
+            if msg["method"] == "ping" and not session.key.dual_legacy:
                 # DESIGN §5.1.5: the gateway answers the legacy server's ping itself.
                 await session.respond(wire.result_response(msg["id"], {}))
                 return
@@ -655,8 +655,17 @@ class GatewayService:
         method = msg["method"]
         feature = era.CLIENT_FEATURE_METHODS.get(method)
         holder = claim.holder
-        if feature is None:
-            reply: wire.Message | None = wire.error_response(
+        if method == "ping":
+            # A dual-era server's legacy session is the client's own, kept
+            # whole (DESIGN §5.3): its ping reaches the one legacy client it
+            # can belong to; with none, the gateway answers as on other paths.
+            owner = holder if isinstance(holder, ClientLink) else claim.sole_owner
+            if owner is not None and owner.session is not None:
+                reply: wire.Message | None = await self._ask_legacy_client(owner, session, msg)
+            else:
+                reply = wire.result_response(msg_id, {})
+        elif feature is None:
+            reply = wire.error_response(
                 msg_id, wire.METHOD_NOT_FOUND, f"Method not found: {method}"
             )
         elif isinstance(holder, HeldEntry):
