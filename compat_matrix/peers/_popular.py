@@ -21,7 +21,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_TIMEOUT, Report, add_target_option, check_target, split_argv
+from _common import (
+    DEFAULT_TIMEOUT,
+    Report,
+    add_target_option,
+    check_target,
+    leaf_exception,
+    split_argv,
+    start_watchdog,
+)
 
 SERVERS = ("filesystem", "memory", "time", "everything")
 CLOCK_SLACK_S = 60.0
@@ -109,3 +117,34 @@ async def scenario(
         report.step("tools/call echo", not err and token in (text or ""), text=text)
         err, text = await call("get-sum", {"a": 2, "b": 3})
         report.step("tools/call get-sum", not err and "5" in (text or ""), text=text)
+
+
+def run_client(
+    run: Callable[[argparse.Namespace, Report], Awaitable[None]],
+    sdk_error: type[BaseException],
+    anyio_run: Callable[..., Any],
+) -> None:
+    """A popular-server client's `main`, the same for both SDKs but for the
+    SDK's error class (`McpError` in 1.x, `MCPError` in 2.x)."""
+    args = parse_args(sys.modules["__main__"].__doc__.splitlines()[0])
+    args.done = False
+    report = Report()
+    start_watchdog(report, args.timeout)
+    try:
+        anyio_run(run, args, report)
+    except BaseException as group:
+        exc = leaf_exception(group)
+        if args.done and type(exc).__name__ == "BrokenResourceError":
+            # mcp 1.30 quirk (see py1_mrtr_client.py): a server request arriving
+            # while the session closes (server-everything asks for roots 350 ms
+            # after `initialized`) is answered on the closed stream.
+            report.step("server request during shutdown ignored", True, error=repr(exc))
+        elif isinstance(exc, sdk_error):
+            error = exc.error  # type: ignore[attr-defined]
+            report.step("error", False, code=error.code, message=error.message)
+            report.fail(f"JSON-RPC error {error.code}: {error.message}")
+        elif isinstance(exc, TimeoutError):
+            report.fail(f"timeout after {args.timeout:.0f}s")
+        else:
+            report.fail(f"{type(exc).__name__}: {exc}")
+    report.finish()

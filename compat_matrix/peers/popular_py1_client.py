@@ -13,8 +13,8 @@ import argparse
 from typing import Any
 
 import anyio
-from _common import Report, first_text, leaf_exception, start_watchdog
-from _popular import parse_args, root_uri, scenario
+from _common import Report, first_text
+from _popular import root_uri, run_client, scenario
 from mcp import ClientSession
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
@@ -50,27 +50,7 @@ async def run(args: argparse.Namespace, report: Report) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    args.done = False
-    report = Report()
-    start_watchdog(report, args.timeout)
-    try:
-        anyio.run(run, args, report)
-    except BaseException as group:
-        exc = leaf_exception(group)
-        if args.done and isinstance(exc, anyio.BrokenResourceError):
-            # mcp 1.30 quirk (see py1_mrtr_client.py): a server request arriving
-            # while the session closes (server-everything asks for roots 350 ms
-            # after `initialized`) is answered on the closed stream.
-            report.step("server request during shutdown ignored", True, error=repr(exc))
-        elif isinstance(exc, McpError):
-            report.step("error", False, code=exc.error.code, message=exc.error.message)
-            report.fail(f"JSON-RPC error {exc.error.code}: {exc.error.message}")
-        elif isinstance(exc, TimeoutError):
-            report.fail(f"timeout after {args.timeout:.0f}s")
-        else:
-            report.fail(f"{type(exc).__name__}: {exc}")
-    report.finish()
+    run_client(run, McpError, anyio.run)
 
 
 if __name__ == "__main__":
