@@ -16,10 +16,7 @@ skip (it is installed there at a pinned version).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +26,12 @@ import pytest
 from compat_matrix.run import peers_dir
 from tests.test_real_peers_notifications import (
     LEGACY_V,
-    REPO,
     Stdio,
     V,
     http_gateway,
     modern_headers,
     sse_or_json,
+    stdio_gateway,
     text_of,
 )
 
@@ -58,21 +55,8 @@ def meta(caps: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@asynccontextmanager
-async def gateway(tmp_path: Path, server: list[str], *args: str) -> AsyncIterator[Stdio]:
-    stderr = tmp_path / "gateway.stderr"
-    cmd = [sys.executable, "-m", "gateway", "--log-level", "info", *args, "--", *server]
-    with stderr.open("wb") as err:
-        process = await anyio.open_process(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO
-        )
-        try:
-            yield Stdio(process, stderr)
-        finally:
-            if process.returncode is None:
-                process.terminate()
-            with anyio.fail_after(10):
-                await process.wait()
+def gateway(tmp_path: Path, server: list[str], *args: str) -> AbstractAsyncContextManager[Stdio]:
+    return stdio_gateway(tmp_path, server, *args, log_level="info")
 
 
 async def modern(gw: Stdio, method: str, params: dict[str, Any]) -> dict[str, Any]:

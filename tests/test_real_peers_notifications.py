@@ -161,9 +161,11 @@ class Stdio:
 
 
 @asynccontextmanager
-async def stdio_gateway(tmp_path: Path, server: list[str]) -> AsyncIterator[Stdio]:
+async def stdio_gateway(
+    tmp_path: Path, server: list[str], *options: str, log_level: str = "warning"
+) -> AsyncIterator[Stdio]:
     stderr = tmp_path / "gateway.stderr"
-    cmd = [sys.executable, "-m", "gateway", "--log-level", "warning", "--", *server]
+    cmd = [sys.executable, "-m", "gateway", "--log-level", log_level, *options, "--", *server]
     with stderr.open("wb") as err:
         process = await anyio.open_process(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO
