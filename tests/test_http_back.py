@@ -795,6 +795,43 @@ async def test_dual_http_server_serves_each_client_in_its_own_era() -> None:
     assert "mcp-protocol-version" not in checked.headers
 
 
+async def test_a_dual_http_server_without_legacy_sessions_serves_legacy_clients_modern() -> None:
+    """Issue 10, found by the matrix: the TS SDK 2.x serves legacy clients
+    statelessly (`legacy: 'stateless'`: `initialize` answered with no
+    Mcp-Session-Id), forgets what they declared and so cannot send them
+    requests ("the client on this 2025-era connection did not declare the
+    required capability"). Such a server is reported dual, without legacy
+    sessions, and its legacy clients are served on its modern side, where the
+    gateway turns input_required rounds into requests they can answer."""
+    modern = ModernHttp(calls={"push": _modern_side})
+
+    async def handler(req: HttpRequest, server: HttpServer) -> Reply:
+        msg = req.message if req.method == "POST" else None
+        if isinstance(msg, dict) and msg.get("method") == "initialize":
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "stateless-legacy", "version": "1"},
+            }
+            return Reply.json(wire.result_response(msg["id"], result), 200)
+        return await modern(req, server)
+
+    async with serve(handler) as server, http_gateway(server.url) as c:
+        pool = c.service.pool
+        assert pool.era_name == "dual"
+        assert pool.describe()["legacy"]["sessions"] is False
+        assert "without a session" in pool.probe_report["legacy"]
+        assert pool.path_for(legacy_client=True) == "legacy->modern(dual)"
+        await c.initialize({"elicitation": {}})
+        reply = await c.call("tools/call", {"name": "push", "arguments": {}}, modern=False)
+    assert text_of(reply) == "modern side"
+    assert "resultType" not in reply["result"]  # shaped for the legacy client
+
+
+async def _modern_side(msg: wire.Message, req: HttpRequest, server: HttpServer) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": "modern side"}]}
+
+
 async def test_modern_only_http_server_is_modern() -> None:
     """Issue 10: a modern-only server refuses the legacy `initialize`; it is
     modern (a 400 with -32022: no session was opened to close)."""

@@ -126,6 +126,9 @@ class UpstreamPool:
         # modern and `profile` its modern side; this is its legacy side, which
         # legacy clients get natively on legacy sessions of their own.
         self.legacy_side: UpstreamProfile | None = None
+        # A dual-era server's legacy side that keeps no sessions: reported,
+        # but its legacy clients are served on the modern side.
+        self.stateless_legacy_side: UpstreamProfile | None = None
         self.probe_report: dict[str, Any] = {}
         self.sessions: dict[SessionKey, UpstreamSession] = {}
         self._processes: dict[UpstreamSession, ServerConnection] = {}
@@ -341,7 +344,7 @@ class UpstreamPool:
     @property
     def era_name(self) -> str | None:
         """The upstream's era as reported: modern, legacy or dual."""
-        if self.legacy_side is not None:
+        if self.legacy_side is not None or self.stateless_legacy_side is not None:
             return "dual"
         return self.era.value if self.era is not None else None
 
@@ -351,16 +354,19 @@ class UpstreamPool:
         profile = self.profile_for(legacy_client)
         if profile is None:
             return f"{client}->upstream"
-        served = profile.era.value + ("(dual)" if self.legacy_side is not None else "")
+        served = profile.era.value + ("(dual)" if self.era_name == "dual" else "")
         return f"{client}->{served}"
 
     def describe(self) -> dict[str, Any]:
         """The `probe` command's and /readyz's view of the upstream."""
         assert self.profile is not None
-        if self.legacy_side is None:
+        legacy_side = self.legacy_side or self.stateless_legacy_side
+        if legacy_side is None:
             return self.profile.describe()
         modern = {k: v for k, v in self.profile.describe().items() if k != "era"}
-        legacy = {k: v for k, v in self.legacy_side.describe().items() if k != "era"}
+        legacy = {k: v for k, v in legacy_side.describe().items() if k != "era"}
+        # Whether legacy clients get the legacy side natively (see _check_legacy).
+        legacy["sessions"] = self.legacy_side is not None
         return {"era": "dual", "modern": modern, "legacy": legacy}
 
     @property
@@ -504,6 +510,7 @@ class UpstreamPool:
                     self.era = None
                     self.profile = None
                     self.legacy_side = None
+                    self.stateless_legacy_side = None
                     session = await self._spawn(key)
             if first or self.era is None:
                 session = await self._settle_era(session, key)
@@ -587,6 +594,7 @@ class UpstreamPool:
     async def _settle_era(self, session: UpstreamSession, key: SessionKey) -> UpstreamSession:
         started = time.monotonic()
         self.legacy_side = None
+        self.stateless_legacy_side = None
         pinned = self.config.upstream_era
         legacy_reason: str | None = None
         if pinned == "legacy":
@@ -704,8 +712,18 @@ class UpstreamPool:
         if check.initialize is None:
             await self._retire(session, "the server serves modern clients only")
             return check.reason
-        await session.notify("notifications/initialized")
         profile = UpstreamProfile.from_initialize(check.initialize)
+        if getattr(self._processes.get(session), "session_id", "stdio") is None:
+            # An HTTP server that answers `initialize` without an
+            # Mcp-Session-Id serves legacy clients statelessly (the TS SDK
+            # 2.x's `legacy: 'stateless'`): it forgets what they declared and
+            # cannot send them requests. Its legacy clients lose less
+            # translated onto its modern side, where the gateway bridges
+            # input_required rounds into requests they can answer.
+            self.stateless_legacy_side = profile
+            await self._retire(session, "the server keeps no legacy sessions")
+            return f"{check.reason} without a session (stateless legacy side)"
+        await session.notify("notifications/initialized")
         session.profile = profile
         self.legacy_side = profile
         self.sessions[key] = session
