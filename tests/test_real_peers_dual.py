@@ -1,6 +1,6 @@
 """Issue 10 with real peers: a dual-era mcp 2.3 server whose tool asks its
 client push-style (`ctx.elicit`, `ctx.session.create_message`,
-`ctx.session.list_roots`; tests/servers/py2_push_server.py), driven by the
+`ctx.session.list_roots`; compat_matrix/peers/py2_push_server.py), driven by the
 legacy client mcp 1.30 `ClientSession` (tests/servers/py1_push_client.py)
 direct and through the gateway, the server wrapped over stdio and served over
 HTTP. Direct, the tool gets its three answers; through the gateway it must
@@ -26,7 +26,7 @@ from tests.test_http_back import PEERS, Peer, free_port
 pytestmark = [pytest.mark.peers]
 
 REPO = Path(__file__).resolve().parent.parent
-SERVER = str(REPO / "tests/servers/py2_push_server.py")
+SERVER = str(REPO / "compat_matrix/peers/py2_push_server.py")
 CLIENT = str(REPO / "tests/servers/py1_push_client.py")
 PY1, PY2 = str(PEERS / "py1/bin/python"), str(PEERS / "py2/bin/python")
 GATEWAY = [sys.executable, "-m", "gateway", "--log-level", "warning"]
@@ -106,6 +106,6 @@ def test_probe_says_dual_for_the_push_server(push_http: str) -> None:
         assert report["era"] == "dual", report
         assert report["modern"]["protocolVersion"] == "2026-07-28"
         assert report["legacy"]["protocolVersion"] == "2025-11-25"
-        assert report["legacy"]["serverInfo"]["name"] == "py2-push"
+        assert report["legacy"]["serverInfo"]["name"] == "py2-fixture"
         assert report["probe"]["modern"] == "DiscoverResult"
         assert report["probe"]["legacy"] == "InitializeResult 2025-11-25"

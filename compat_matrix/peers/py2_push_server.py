@@ -13,6 +13,8 @@ they push a real request on the session, whatever the era of the call.
     open_link      ctx.elicit_url(...)                  elicitation/create (url)
     summarize      ctx.session.create_message(...)      sampling/createMessage
     list_my_roots  ctx.session.list_roots()             roots/list
+    push           all three in one call (elicit, sample, roots), answered
+                   `<name>|<sampled text>|<first root>` (tests/test_real_peers_dual.py)
 
 A legacy session gets those requests as requests and the tool completes. A
 modern request has no back-channel, so the SDK refuses to send them and the
@@ -77,6 +79,21 @@ async def list_my_roots(ctx: Context) -> str:
     """Return the client's root URIs joined by newline (roots/list, pushed on the session)."""
     roots = await ctx.session.list_roots()
     return "\n".join(str(root.uri) for root in roots.roots)
+
+
+@mcp.tool()
+async def push(ctx: Context) -> str:
+    """Ask the client for a name, a sample and its roots, one after another."""
+    got = await ctx.elicit("Your name?", base.NameForm)
+    name = got.data.name if got.action == "accept" else got.action
+    sampled = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text="hi"))],
+        max_tokens=5,
+        related_request_id=ctx.request_id,
+    )
+    text = sampled.content.text if isinstance(sampled.content, TextContent) else "?"
+    roots = await ctx.session.list_roots()
+    return f"{name}|{text}|{roots.roots[0].uri if roots.roots else '-'}"
 
 
 def main() -> None:
