@@ -18,6 +18,7 @@ import anyio
 import orjson
 import pytest
 import structlog.testing
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import era, wire
 from gateway.config import Config
@@ -589,12 +590,19 @@ for line in sys.stdin:
 EXITS = ("close-stdout", "say-then-die")
 
 
-async def _until_exit_noticed(service: GatewayService) -> None:
-    for _ in range(800):  # at most 8 s: the exit is seen within the 5 s bound
-        if service.pool.restarts:
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError("the gateway never saw the upstream exit")
+def _exits_noticed(service: GatewayService) -> MemoryObjectReceiveStream[object]:
+    """One item each time the gateway notices an upstream exit (its pool's
+    session-lost hook, wrapped): the test waits on that, not on a clock."""
+    send, receive = anyio.create_memory_object_stream[object](math.inf)
+    inner = service.pool.on_session_lost
+
+    async def lost(session: Any) -> None:
+        send.send_nowait(session)
+        if inner is not None:
+            await inner(session)
+
+    service.pool.on_session_lost = lost
+    return receive
 
 
 async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
@@ -613,6 +621,7 @@ async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
         link = ClientLink.over_stream(out, transport="test")
         service.links.add(link)
         await service.start(tg)
+        exits = _exits_noticed(service)
         async with anyio.create_task_group() as requests:
             for n, name in enumerate(names):
                 meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
@@ -621,7 +630,9 @@ async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
                 with anyio.fail_after(8):
                     replies.append(await inbox.receive())
                 if name in EXITS:
-                    await _until_exit_noticed(service)
+                    # Bounded: the exit is seen within the 5 s stdout-closed bound.
+                    with anyio.fail_after(8):
+                        await exits.receive()
             requests.cancel_scope.cancel()
         await service.aclose()
         tg.cancel_scope.cancel()
