@@ -183,6 +183,29 @@ def listen_params(**notifications: Any) -> dict[str, Any]:
     return {"notifications": notifications, "_meta": dict(META)}
 
 
+@asynccontextmanager
+async def http_listen(
+    c: httpx.AsyncClient, **notifications: Any
+) -> AsyncIterator[tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]]:
+    """POST a listen and read its SSE stream; yields the acknowledgement (which
+    must come first, tagged with the listen's id) and the events after it."""
+    listen = {
+        "jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen",
+        "params": listen_params(**notifications),
+    }  # fmt: skip
+    async with c.stream(
+        "POST", "/mcp", json=listen, headers=modern_headers("subscriptions/listen"),
+        timeout=httpx.Timeout(10, read=10),
+    ) as stream:  # fmt: skip
+        assert stream.status_code == 200
+        events = sse_events(stream.aiter_lines())
+        with anyio.fail_after(10):
+            ack = await anext(events)
+        assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+        assert tag(ack) == LISTEN_ID
+        yield ack, events
+
+
 async def open_listen(gw: Stdio, **notifications: Any) -> dict[str, Any]:
     """Send the listen; return its acknowledgement, which must be its first message."""
     since = len(gw.seen)
@@ -404,20 +427,9 @@ async def modern_call(
 
 async def test_modern_listen_over_http_to_py1(tmp_path: Path) -> None:
     async with http_gateway(tmp_path, py1("--notify")) as c:
-        listen = {
-            "jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen",
-            "params": listen_params(toolsListChanged=True, resourceSubscriptions=["notes://h"]),
-        }  # fmt: skip
-        async with c.stream(
-            "POST", "/mcp", json=listen, headers=modern_headers("subscriptions/listen"),
-            timeout=httpx.Timeout(10, read=10),
-        ) as stream:  # fmt: skip
-            assert stream.status_code == 200
-            events = sse_events(stream.aiter_lines())
+        filters = {"toolsListChanged": True, "resourceSubscriptions": ["notes://h"]}
+        async with http_listen(c, **filters) as (ack, events):
             with anyio.fail_after(10):
-                ack = await anext(events)
-                assert ack["method"] == "notifications/subscriptions/acknowledged", ack
-                assert tag(ack) == LISTEN_ID
                 assert ack["params"]["notifications"] == {
                     "toolsListChanged": True, "resourceSubscriptions": ["notes://h"],
                 }  # fmt: skip
@@ -619,22 +631,13 @@ async def test_sigterm_ends_a_modern_listen_over_http_with_its_closing_result(
     """The same defect over the HTTP front (where it was a 500): SIGTERM while a
     modern client's listen to the modern-only mcp 2.3.0 server is open ends the
     listen's stream with the closing result."""
-    async with http_gateway_process(tmp_path, py2_modern()) as (c, process):
-        listen = {
-            "jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen",
-            "params": listen_params(toolsListChanged=True),
-        }  # fmt: skip
-        async with c.stream(
-            "POST", "/mcp", json=listen, headers=modern_headers("subscriptions/listen"),
-            timeout=httpx.Timeout(10, read=10),
-        ) as stream:  # fmt: skip
-            assert stream.status_code == 200
-            events = sse_events(stream.aiter_lines())
-            with anyio.fail_after(10):
-                ack = await anext(events)
-                assert ack["method"] == "notifications/subscriptions/acknowledged", ack
-                process.terminate()
-                final = await anext(events)
+    async with (
+        http_gateway_process(tmp_path, py2_modern()) as (c, process),
+        http_listen(c, toolsListChanged=True) as (_, events),
+    ):
+        with anyio.fail_after(10):
+            process.terminate()
+            final = await anext(events)
     assert final == {
         "jsonrpc": "2.0",
         "id": LISTEN_ID,
