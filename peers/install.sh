@@ -22,6 +22,11 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS_SRC="$REPO/peers"
 DIR="${MCP_PEERS_DIR:-$REPO/.peers}"
+# Venv scripts name their python by the path the venv was made at: make it
+# through the resolved path, so a .peers reached through a symlink (a git
+# worktree's) does not leave scripts that point into that worktree.
+mkdir -p "$DIR"
+DIR="$(cd "$DIR" && pwd -P)"
 # The venvs use the python3 that runs this script (the one on PATH), so the
 # peers match the interpreter the project itself is tested with.
 PYTHON="${MCP_PEERS_PYTHON:-$(command -v python3)}"
@@ -90,7 +95,11 @@ install_venv() { # $1=part name, rest=pins
     local name="$1"; shift
     local target="$DIR/$name" want
     want="$(py_stamp "$@")"
-    if is_current "$target/.stamp" "$want"; then log "$name up to date"; return; fi
+    # Also rebuilt when its scripts point elsewhere (made at another path).
+    if is_current "$target/.stamp" "$want" && grep -qsF "#!$target/bin/python" "$target/bin/pip"; then
+        log "$name up to date"
+        return
+    fi
     log "$name: creating venv with $*"
     rm -rf "$target"
     "$PYTHON" -m venv "$target"
