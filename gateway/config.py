@@ -135,6 +135,14 @@ class Config:
     http_body_timeout: float = 30.0  # the whole body must arrive within it (408)
     http_idle_timeout: float = 30.0  # a connection with no request is closed after it
     http_max_connections: int = 1000  # the oldest idle one makes room, else 503
+    # 2025-11-25 resumable streams (gateway/fronts/legacy_streams.py): close a
+    # call's SSE stream after this long (0: never) so that no response is held
+    # longer than an intermediary allows; the client reconnects after
+    # `sse_retry` and resumes; a call with no client attached for
+    # `sse_resume_window` is cancelled.
+    http_sse_poll_after: float = 0.0
+    http_sse_retry: float = 1.0
+    http_sse_resume_window: float = 30.0
     # Send the client's own Authorization header upstream (HTTP front and back
     # only); upstream sessions are then keyed by that credential.
     http_forward_authorization: bool = False
@@ -228,6 +236,7 @@ class Config:
             "http_header_timeout",
             "http_body_timeout",
             "http_idle_timeout",
+            "http_sse_resume_window",
         )
         for name in positive:
             value = getattr(self, name)
@@ -237,6 +246,10 @@ class Config:
                 )
         if not math.isfinite(self.input_batch_window) or self.input_batch_window < 0:
             raise ConfigError("input_batch_window must be zero or a positive number of seconds")
+        for name in ("http_sse_poll_after", "http_sse_retry"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{_where(name)} must be zero or a positive number of seconds")
         if self.restart_backoff_max < self.restart_backoff_initial:
             raise ConfigError("restart_backoff_max must not be less than restart_backoff_initial")
         at_least_one = (
@@ -329,6 +342,9 @@ _KEYS: dict[tuple[str, str], str] = {
     ("http", "header_timeout"): "http_header_timeout",
     ("http", "body_timeout"): "http_body_timeout",
     ("http", "idle_timeout"): "http_idle_timeout",
+    ("http", "sse_poll_after"): "http_sse_poll_after",
+    ("http", "sse_retry"): "http_sse_retry",
+    ("http", "sse_resume_window"): "http_sse_resume_window",
     ("http", "max_connections"): "http_max_connections",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",

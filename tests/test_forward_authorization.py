@@ -27,6 +27,7 @@ from gateway.core import http_binding
 from gateway.fronts.http_front import HttpFront
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
+from tests.http_answers import answer_of
 from tests.servers.scripted_http import (
     HttpRequest,
     HttpServer,
@@ -142,7 +143,7 @@ async def test_modern_upstream_sees_each_clients_own_credential_and_refusals_com
             headers=modern_headers("hello", "Bearer alice-token"),
         )
         assert ok.status_code == 200, ok.text
-        assert ok.json()["result"]["content"][0]["text"] == "hello"
+        assert answer_of(ok)["result"]["content"][0]["text"] == "hello"
         assert service.pool.era is era.Era.MODERN
 
         bob = await client.post(
@@ -283,7 +284,7 @@ async def test_a_legacy_client_session_is_bound_to_its_credential() -> None:
         assert done.status_code == 202
         ok = await client.post("/mcp", json=call, headers={**alice, **session})
         assert ok.status_code == 200, ok.text
-        assert ok.json()["result"]["content"][0]["text"] == "hello"
+        assert answer_of(ok)["result"]["content"][0]["text"] == "hello"
         bob = {**legacy, **session, "authorization": "Bearer bob-token"}
         stolen = await client.post("/mcp", json=call, headers=bob)
         anonymous = await client.post("/mcp", json=call, headers={**legacy, **session})

@@ -26,6 +26,7 @@ from gateway.core import authority
 from gateway.fronts.http_front import HttpFront
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
+from tests.http_answers import answer_of
 from tests.scripted import Upstream, legacy_server
 
 pytestmark = pytest.mark.anyio
@@ -138,11 +139,11 @@ async def test_metrics_labels_cannot_be_forged_or_grown_by_clients() -> None:
         session = await legacy_session(client)
         forged = 'x"} 1\nforged_total 1\n#'
         reply = await client.post("/mcp", json=wire.request(2, forged, {}), headers=session)
-        assert reply.json()["error"]["code"] == wire.METHOD_NOT_FOUND
+        assert answer_of(reply)["error"]["code"] == wire.METHOD_NOT_FOUND
         for n in range(200):
             await client.post("/mcp", json=wire.request(10 + n, f"vendor/m{n}"), headers=session)
         call = wire.request(5, "tools/call", {"name": "echo", "arguments": {}})
-        assert "result" in (await client.post("/mcp", json=call, headers=session)).json()
+        assert "result" in answer_of(await client.post("/mcp", json=call, headers=session))
         text = (await client.get("/metrics")).text
     samples = parse_metrics(text)
     assert not any(name.startswith("forged") for name, _, _ in samples)

@@ -17,6 +17,8 @@ import anyio
 import httpx
 import pytest
 
+from tests.http_answers import answer_of
+
 pytestmark = pytest.mark.anyio
 
 HERE = Path(__file__).parent
@@ -221,13 +223,14 @@ async def test_legacy_session_lifecycle(tmp_path: Path) -> None:
         listed = await c.post(
             "/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}
         )
-        assert listed.json()["result"] == {}
+        assert listed.headers["content-type"].startswith("text/event-stream")
+        assert answer_of(listed)["result"] == {}
         tool = await c.post(
             "/mcp",
             headers=sh,
             json={"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo"}},
         )
-        assert "resultType" not in tool.json()["result"]
+        assert "resultType" not in answer_of(tool)["result"]
         missing = await c.post(
             "/mcp", headers=h, json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"}
         )
@@ -266,7 +269,7 @@ async def test_closing_the_response_stream_cancels_upstream(tmp_path: Path) -> N
     assert "notifications/cancelled" in log.read_text()
 
 
-async def _legacy_session(c: httpx.AsyncClient) -> dict[str, str]:
+async def _legacy_session(c: httpx.AsyncClient, version: str = "2025-11-25") -> dict[str, str]:
     h = {"accept": ACCEPT, "content-type": "application/json"}
     init = await c.post(
         "/mcp",
@@ -276,14 +279,14 @@ async def _legacy_session(c: httpx.AsyncClient) -> dict[str, str]:
             "id": 1,
             "method": "initialize",
             "params": {
-                "protocolVersion": "2025-11-25",
+                "protocolVersion": version,
                 "capabilities": {},
                 "clientInfo": {"name": "t", "version": "1"},
             },
         },
     )
     sh = {**h, "mcp-session-id": init.headers["mcp-session-id"]}
-    sh["mcp-protocol-version"] = "2025-11-25"
+    sh["mcp-protocol-version"] = version
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert (await c.post("/mcp", headers=sh, json=note)).status_code == 202
     return sh
@@ -308,8 +311,55 @@ async def test_closing_a_legacy_sessions_stream_cancels_upstream(tmp_path: Path)
                 await anyio.sleep(0.05)
         # The session is still usable afterwards.
         ping = await c.post("/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
-        assert ping.json() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        assert answer_of(ping) == {"jsonrpc": "2.0", "id": 3, "result": {}}
     assert "notifications/cancelled" in log.read_text()
+
+
+async def test_a_2025_11_25_call_outlives_its_stream_and_is_resumed(tmp_path: Path) -> None:
+    """2025-11-25 basic/transports, "Resumability and Redelivery": the stream
+    is primed with an event id; "Disconnection SHOULD NOT be interpreted as the
+    client cancelling its request"; GET with Last-Event-ID gets the rest of
+    the stream, the reply included."""
+    log = tmp_path / "cancelled.log"
+    async with gateway(tmp_path, env={"FLAKY_LOG": str(log)}) as c:
+        sh = await _legacy_session(c)
+        sleep = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 2}},
+        }
+        last_id = None
+        async with c.stream("POST", "/mcp", headers=sh, json=sleep) as resp:
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            async for line in resp.aiter_lines():  # the priming event comes after a second
+                if line.startswith("id: "):
+                    last_id = line[4:]
+                if line.startswith("retry: "):
+                    assert int(line[7:]) == 1000
+                    break
+        assert last_id is not None
+        resumed = await c.get(
+            "/mcp", headers={**sh, "accept": "text/event-stream", "last-event-id": last_id}
+        )
+        assert resumed.status_code == 200
+        assert answer_of(resumed)["id"] == 2 and "result" in answer_of(resumed)
+        again = await c.get(
+            "/mcp", headers={**sh, "accept": "text/event-stream", "last-event-id": last_id}
+        )
+        assert again.status_code == 400  # delivered whole: nothing left to resume
+        assert again.json()["error"]["data"]["reason"] == "unknown-event-id"
+    assert not log.exists()  # never cancelled upstream
+
+
+async def test_older_sessions_keep_json_answers(tmp_path: Path) -> None:
+    """Priming events (empty data) are for 2025-11-25 clients: an older
+    session's requests are answered in JSON, as before."""
+    async with gateway(tmp_path) as c:
+        sh = await _legacy_session(c, "2025-06-18")
+        ping = await c.post("/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
+    assert ping.headers["content-type"] == "application/json"
+    assert ping.json() == {"jsonrpc": "2.0", "id": 3, "result": {}}
 
 
 async def test_a_session_deleted_under_a_request_answers_it_404(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_a_chatty_server_stderr_is_logged_within_a_budget() -> None:
     """A server that writes to stderr in a loop: its first lines reach the log
     (the operator needs them), the rest are counted, not logged."""
     spam = "import sys\nfor i in range(5000): print('spam', i, file=sys.stderr)\n"
-    server = ["sh", "-c", f"{sys.executable} -c \"{spam}\"; exec \"$@\"", "sh", *NOTES]
+    server = ["sh", "-c", f'{sys.executable} -c "{spam}"; exec "$@"', "sh", *NOTES]
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}
     replies, log = _run_gateway(orjson.dumps(call) + b"\n", server)
     assert any(r.get("id") == 1 and "result" in r for r in replies)

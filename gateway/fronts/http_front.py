@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,16 +27,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from gateway import era, inbound, wire
 from gateway.core import authority, http_binding
 from gateway.core.routing import LegacyClientSession
+from gateway.fronts.asgi import Receive, Scope, Send, watch_disconnect
 from gateway.fronts.http_output import HttpOutput
+from gateway.fronts.legacy_streams import LegacyStreams, SessionStreams, resumable
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
 
 log = structlog.get_logger("gateway.fronts.http")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 KEEPALIVE = 15.0
 ENDPOINT = "/mcp"
@@ -52,6 +50,13 @@ class LegacySession:
     link: ClientLink
     output: HttpOutput
     last_seen: float = field(default_factory=time.monotonic)
+    streams: SessionStreams = field(default_factory=SessionStreams)
+
+    @property
+    def resumable(self) -> bool:
+        """2025-11-25 clients take primed, resumable SSE answers."""
+        state = self.link.session
+        return state is not None and resumable(state.version)
 
 
 class HttpError(Exception):
@@ -101,6 +106,13 @@ class HttpFront:
         # The wait of each call in progress: cut at the end of the shutdown grace.
         self._waits: set[anyio.CancelScope] = set()
         self._cut_off = False
+        self._streams = LegacyStreams(
+            retry=self.config.http_sse_retry,
+            poll_after=self.config.http_sse_poll_after,
+            window=self.config.http_sse_resume_window,
+            waits=self._waits,
+            cut_off=lambda: self._cut_off,
+        )
 
     # -- ASGI ----------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -296,7 +308,7 @@ class HttpFront:
         else:
             session = self._session(session_id, principal, msg.get("id"))
             await self._stream_request(
-                session.link, session.output, msg, receive, send, modern=False
+                session.link, session.output, msg, receive, send, modern=False, session=session
             )
 
     async def _post_other(
@@ -414,12 +426,17 @@ class HttpFront:
         *,
         modern: bool,
         extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None = None,
+        session: LegacySession | None = None,
     ) -> None:
-        """Run one request and answer it: JSON when the reply is all there is,
-        an SSE stream when something comes first. Closing the stream cancels."""
+        """Run one request and answer it: for a 2025-11-25 session on a
+        resumable SSE stream (legacy_streams); else JSON when the reply is all
+        there is, an SSE stream when something comes first, and closing the
+        stream cancels."""
         msg_id = msg["id"]
         with self._in_progress(link.principal, msg_id):
-            await self._run_streamed(link, output, msg, receive, send, modern, extra_headers)
+            await self._run_streamed(
+                link, output, msg, receive, send, modern, extra_headers, session
+            )
 
     @contextmanager
     def _in_progress(self, principal: str, msg_id: wire.RequestId) -> Iterator[None]:
@@ -447,6 +464,7 @@ class HttpFront:
         send: Send,
         modern: bool,
         extra_headers: Callable[[wire.Message], list[tuple[bytes, bytes]]] | None,
+        session: LegacySession | None,
     ) -> None:
         msg_id = msg["id"]
         started = time.perf_counter()
@@ -455,6 +473,11 @@ class HttpFront:
         try:
             stream = output.open(msg)
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
+            if session is not None and session.resumable:
+                last = await self._answer_resumable(session, stream, msg_id, receive, send)
+                if last is not None:
+                    self._observe_call(msg, link, last, started)
+                return
             # None when the client went away first (the watcher cancelled) or
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
@@ -465,7 +488,7 @@ class HttpFront:
                 try:
                     if self._cut_off:
                         tg.cancel_scope.cancel()
-                    tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                    tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
                     reply = await self._answer(stream, send, msg_id, modern, extra_headers, answer)
                     tg.cancel_scope.cancel()
                 finally:
@@ -482,16 +505,40 @@ class HttpFront:
             elif reply is None:
                 self.service.cancel_request(link, msg_id)
             if reply is not None:
-                self._observe(reply)
-                self.metrics.observe_request(
-                    msg["method"],
-                    link,
-                    reply,
-                    time.perf_counter() - started,
-                    self.service.pool.path_for(link.session is not None),
-                )
+                self._observe_call(msg, link, reply, started)
         finally:
             output.close(msg_id)
+
+    async def _answer_resumable(
+        self,
+        session: LegacySession,
+        stream: MemoryObjectReceiveStream[wire.Message],
+        msg_id: wire.RequestId,
+        receive: Receive,
+        send: Send,
+    ) -> wire.Message | None:
+        outcome = await self._streams.answer(session.streams, stream, msg_id, receive, send)
+        if outcome is None:  # the session ended before anything came
+            await _respond(
+                send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
+            )
+            self.service.cancel_request(session.link, msg_id)
+            return None
+        if outcome.cancel_upstream:
+            self.service.cancel_request(session.link, msg_id)
+        return outcome.reply
+
+    def _observe_call(
+        self, msg: wire.Message, link: ClientLink, reply: wire.Message, started: float
+    ) -> None:
+        self._observe(reply)
+        self.metrics.observe_request(
+            msg["method"],
+            link,
+            reply,
+            time.perf_counter() - started,
+            self.service.pool.path_for(link.session is not None),
+        )
 
     def cut_off_calls(self) -> None:
         """The shutdown grace is over: every call still waiting is answered
@@ -585,6 +632,17 @@ class HttpFront:
         if "text/event-stream" not in headers.get("accept", ""):
             raise HttpError(406, "Not Acceptable: GET needs Accept: text/event-stream")
         session = self._session(session_id, principal, None)
+        last_event_id = headers.get("last-event-id")
+        if last_event_id is not None:
+            # 2025-11-25 "Resumability and Redelivery": go on with that stream.
+            if not await self._streams.resume(session.streams, last_event_id, receive, send):
+                raise HttpError(
+                    400,
+                    "Bad Request: Last-Event-ID names no stream of this session that can be"
+                    " resumed (it ended, expired, or was never sent)",
+                    reason="unknown-event-id",
+                )
+            return
         stream = session.output.open_get()
         if stream is None:
             raise HttpError(409, "Conflict: this session already has a GET stream")
@@ -600,7 +658,7 @@ class HttpFront:
         )
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+                tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
                 while True:  # ends when the client goes or the session ends
                     with anyio.move_on_after(KEEPALIVE):
                         try:
@@ -646,6 +704,8 @@ class HttpFront:
             for session in list(self.sessions.values()):
                 if session.last_seen < cutoff and not session.link.inflight:
                     self.end_session(session, "idle")
+                else:
+                    session.streams.sweep(anyio.current_time(), self._streams.window)
 
 
 class _Answer:
@@ -724,15 +784,6 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    """2026-07-28 "Cancellation": a closed response stream cancels the request."""
-    while True:  # ends at the disconnect
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return
 
 
 async def _respond(

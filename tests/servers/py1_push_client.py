@@ -3,6 +3,7 @@ the server's push-style requests; prints the outcome as one JSON line.
 
     .peers/py1/bin/python tests/servers/py1_push_client.py TOOL -- COMMAND [ARG...]
     .peers/py1/bin/python tests/servers/py1_push_client.py TOOL -- http://HOST:PORT/mcp
+    .peers/py1/bin/python tests/servers/py1_push_client.py TOOL '{"ms": 1000}' -- COMMAND...
 
 It declares elicitation, sampling and roots, and answers them with
 `{"name": "Ada"}`, "sampled" and `file:///work`.
@@ -57,7 +58,7 @@ def transport(command: list[str]) -> Any:
     return stdio_client(StdioServerParameters(command=command[0], args=command[1:]))
 
 
-async def run(tool: str, command: list[str]) -> dict[str, Any]:
+async def run(tool: str, arguments: dict[str, Any], command: list[str]) -> dict[str, Any]:
     async with (
         transport(command) as (read, write, *_),
         ClientSession(
@@ -69,7 +70,7 @@ async def run(tool: str, command: list[str]) -> dict[str, Any]:
         ) as session,
     ):
         init = await session.initialize()
-        result = await session.call_tool(tool, {})
+        result = await session.call_tool(tool, arguments)
     text = [c.text for c in result.content if isinstance(c, TextContent)]
     return {
         "protocolVersion": init.protocolVersion,
@@ -79,15 +80,17 @@ async def run(tool: str, command: list[str]) -> dict[str, Any]:
     }
 
 
-async def bounded(tool: str, command: list[str]) -> dict[str, Any]:
+async def bounded(tool: str, arguments: dict[str, Any], command: list[str]) -> dict[str, Any]:
     with anyio.fail_after(60):
-        return await run(tool, command)
+        return await run(tool, arguments, command)
 
 
 def main() -> None:
-    tool, sep, *command = sys.argv[1:]
-    assert sep == "--", __doc__
-    out = anyio.run(bounded, tool, command)
+    args = sys.argv[1:]
+    assert "--" in args[1:3], __doc__
+    sep = args.index("--")
+    tool, arguments, command = args[0], json.loads(args[1]) if sep == 2 else {}, args[sep + 1 :]
+    out = anyio.run(bounded, tool, arguments, command)
     print(json.dumps(out), flush=True)
 
 
