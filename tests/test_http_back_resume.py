@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import orjson
@@ -212,6 +212,48 @@ async def test_a_resumed_stream_closed_again_is_resumed_from_its_newer_id() -> N
     assert [m.get("method") for m in seen] == ["notifications/progress", None]
     assert reply_of(seen) == done(2)
     assert delays.asked == [0.01, 0.01]  # the hint stays until the server changes it
+
+
+class BreaksAfter:
+    """An SSE body that sends `chunks`, then fails: the server drops the
+    connection mid-body (uvicorn closes it when the app raises)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    async def __aenter__(self) -> BreaksAfter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def __aiter__(self) -> BreaksAfter:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.chunks:
+            return self.chunks.pop(0)
+        raise ConnectionResetError("dropped mid-body")
+
+
+async def test_a_broken_stream_is_resumed_as_a_closed_one() -> None:
+    """2025-11-25 "Resumability and Redelivery": "If the stream is
+    disconnected", not only closed, the client may resume it: a POST stream
+    cut mid-body after its priming event is resumed too."""
+    behaviour = Resuming(writes(), [writes(event("e-1", done(2)))])
+
+    async def breaking(req: HttpRequest, server: HttpServer) -> Reply:
+        if req.method == "POST" and (req.message or {}).get("method") == "tools/call":
+            stream = cast(Any, BreaksAfter(priming("p-0")))
+            return Reply(headers={"content-type": "text/event-stream"}, stream=stream)
+        return await behaviour(req, server)
+
+    async with serve(breaking) as server, connection(server.url) as c:
+        observe(c)
+        await legacy_handshake(c)
+        reply = reply_of(await exchange(c, CALL))
+    assert reply == done(2)
+    assert [r.header("last-event-id") for r in behaviour.resumed] == ["p-0"]
 
 
 @pytest.mark.parametrize(("retry_ms", "waited"), [(250, 0.25), (0, 0.0), (600_000, 3.0)])

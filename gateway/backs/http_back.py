@@ -434,8 +434,15 @@ class HttpServerConnection:
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
             cursor = _StreamCursor()
-            if await self._read_events(resp, deliver, until=msg_id, cursor=cursor):
-                return None
+            try:
+                if await self._read_events(resp, deliver, until=msg_id, cursor=cursor):
+                    return None
+            except HttpClientError as exc:
+                # A broken stream is a disconnect too ("Resumability and
+                # Redelivery"), resumable as a closed one; else as before.
+                if cursor.last_id is None or self.session_id is None:
+                    raise
+                log.debug("upstream stream broke", id=msg_id, error=_describe(exc))
             if cursor.last_id is None or self.session_id is None:
                 # Nothing to resume from, or a modern exchange: 2026-07-28
                 # dropped resumability (changelog 9, SEP-2575).
