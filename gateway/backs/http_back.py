@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -42,6 +42,15 @@ _ids = itertools.count(1)
 # server's `retry` field says otherwise.
 _GET_RETRY_FIRST = 1.0
 _GET_RETRY_MAX = 30.0
+# A legacy call's stream that the server closed before the reply is resumed
+# with GET + Last-Event-ID (2025-11-25 "Resumability and Redelivery") after
+# the server's `retry` hint, this long without one, and never longer than the
+# cap: a call must not sit out minutes because a server asked it to.
+_RESUME_DELAY = 1.0
+_RESUME_DELAY_MAX = 3.0
+# Resumptions in a row that bring no new event before the call fails: a
+# server that keeps closing an empty stream is not making progress.
+_MAX_IDLE_RESUMES = 3
 # Pages of our own tools/list refresh after a -32020 (a bound, not a limit
 # any real server reaches).
 _MAX_TOOL_PAGES = 50
@@ -68,6 +77,25 @@ class _Refused:
 
     reply: wire.Message
     status: int | None
+
+
+@dataclass(slots=True)
+class _StreamCursor:
+    """Where a call's SSE stream got to: the last event id (what a resumption
+    asks to continue after), the server's latest `retry` hint in ms, and how
+    many events came (to tell a resumption that brought something from one
+    that did not)."""
+
+    last_id: str | None = None
+    retry_ms: int | None = None
+    events: int = 0
+
+    def saw(self, event: http_wire.SseEvent) -> None:
+        self.events += 1
+        if event.id is not None:
+            self.last_id = event.id or None  # an empty id resets it (WHATWG)
+        if event.retry is not None:
+            self.retry_ms = event.retry
 
 
 class HttpServerConnection:
@@ -124,6 +152,10 @@ class HttpServerConnection:
         # by message identity; handed over per batch (`stream_of`).
         self._origins: dict[int, wire.RequestId] = {}
         self._batch_origins: dict[int, wire.RequestId] = {}
+        # A server whose streams cannot be resumed gets one warning a minute.
+        self._resume_log = LogLimiter(log)
+        # What waits out a resumption's retry delay (tests observe it).
+        self.sleep: Callable[[float], Awaitable[None]] = anyio.sleep
 
     # -- the ServerConnection face ---------------------------------------------
     def send_nowait(self, msg: wire.Message) -> None:
@@ -401,9 +433,22 @@ class HttpServerConnection:
     ) -> _Refused | None:
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
-            if await self._read_events(resp, deliver, until=msg_id):
-                return None
-            return _Refused(http_wire.failure_reply(msg_id, "stream ended without a reply"), None)
+            cursor = _StreamCursor()
+            try:
+                if await self._read_events(resp, deliver, until=msg_id, cursor=cursor):
+                    return None
+            except HttpClientError as exc:
+                # A broken stream is a disconnect too ("Resumability and
+                # Redelivery"), resumable as a closed one; else as before.
+                if cursor.last_id is None or self.session_id is None:
+                    raise
+                log.debug("upstream stream broke", id=msg_id, error=_describe(exc))
+            if cursor.last_id is None or self.session_id is None:
+                # Nothing to resume from, or a modern exchange: 2026-07-28
+                # dropped resumability (changelog 9, SEP-2575).
+                why = "stream ended without a reply"
+                return _Refused(http_wire.failure_reply(msg_id, why), None)
+            return await self._resume(msg_id, cursor, deliver)
         body = await self._read_reply_body(msg_id, resp)
         if isinstance(body, _Refused):
             return body
@@ -431,26 +476,89 @@ class HttpServerConnection:
         return _Refused(http_wire.failure_reply(msg_id, "body holds no reply"), None)
 
     async def _read_events(
-        self, resp: Response, deliver: Deliver, until: wire.RequestId | None = None
+        self,
+        resp: Response,
+        deliver: Deliver,
+        until: wire.RequestId | None = None,
+        cursor: _StreamCursor | None = None,
     ) -> bool:
         """Deliver each message of an SSE stream; True once the reply to
-        `until` came."""
+        `until` came. `cursor` follows the event ids and retry hints."""
         parser = SseParser(self._max_bytes)
+        track = cursor.saw if cursor is not None else _ignore
         chunks = resp.aiter_bytes()
         got = False
         async for chunk in chunks:
             for event in parser.feed(chunk):
+                track(event)
                 got = self._handle_event(event, deliver, until) or got
             if got:
                 break
         if not got:
-            return any([self._handle_event(event, deliver, until) for event in parser.close()])
+            last = parser.close()
+            for event in last:
+                track(event)
+            return any([self._handle_event(event, deliver, until) for event in last])
         # The server ends the stream after the reply: read that end, so the
         # connection goes back to the pool, but do not wait on one that lingers.
         with anyio.move_on_after(0.2):
             async for _ in chunks:
                 pass
         return True
+
+    async def _resume(
+        self, msg_id: wire.RequestId, cursor: _StreamCursor, deliver: Deliver
+    ) -> _Refused | None:
+        """2025-11-25 "Resumability and Redelivery": the server closed a
+        legacy call's stream before the reply (a disconnect is not a
+        cancellation), so GET it again from the last event id, as often as
+        it closes, and deliver what comes as the original stream's messages.
+        Bounded by the call's own scope (timeout, cancel) and by
+        `_MAX_IDLE_RESUMES` resumptions in a row that bring no new event."""
+        idle = 0
+        while True:  # each pass reopens the stream once; ends as the docstring says
+            if cursor.last_id is None:
+                why = "stream ended without a reply"
+                return _Refused(http_wire.failure_reply(msg_id, why), None)
+            if idle >= _MAX_IDLE_RESUMES:
+                why = f"it ended {idle} times in a row with nothing new"
+                return self._resume_failed(msg_id, why)
+            hint = cursor.retry_ms / 1000 if cursor.retry_ms is not None else _RESUME_DELAY
+            delay = min(hint, _RESUME_DELAY_MAX)
+            log.debug("upstream stream resumed", id=msg_id, after=cursor.last_id, delay=delay)
+            await self.sleep(delay)
+            headers = {**self._headers({}), "Accept": "text/event-stream"}
+            headers.pop("Content-Type", None)
+            headers["Last-Event-ID"] = cursor.last_id
+            before = cursor.events
+            try:
+                async with self._client.stream(
+                    "GET", self.url, headers=headers, timeout=self._stream_timeout
+                ) as resp:
+                    status = resp.status_code
+                    ctype = resp.headers.get("content-type", "")
+                    if resp.is_success and "event-stream" in ctype:
+                        if await self._read_events(resp, deliver, until=msg_id, cursor=cursor):
+                            return None
+                    else:
+                        await self._read_body(resp)  # read, so the connection is reused
+                    if status == 404 and "Mcp-Session-Id" in headers:
+                        # Fails this call too, as every pending one.
+                        self._session_gone("session ended by the server (HTTP 404 on GET)")
+                        return None
+                    if 400 <= status < 500 or (resp.is_success and "event-stream" not in ctype):
+                        return self._resume_failed(msg_id, f"GET answered HTTP {status}", status)
+                    # A 5xx is an outage, not a refusal: tried again, as an idle pass.
+            except HttpClientError as exc:
+                log.debug("upstream stream resumption broke", id=msg_id, error=_describe(exc))
+            idle = 0 if cursor.events > before else idle + 1
+
+    def _resume_failed(
+        self, msg_id: wire.RequestId, why: str, status: int | None = None
+    ) -> _Refused:
+        self._resume_log.warning("upstream stream not resumed", url=self.url, reason=why)
+        # No status for the caller to judge: a refused GET is no verdict on the POST.
+        return _Refused(http_wire.resume_failed_reply(msg_id, why, status), None)
 
     def _handle_event(
         self, event: http_wire.SseEvent, deliver: Deliver, until: wire.RequestId | None
@@ -805,6 +913,10 @@ class HttpConnector:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+
+
+def _ignore(event: http_wire.SseEvent) -> None:
+    return None
 
 
 def _what(msg: wire.Message) -> str:

@@ -219,6 +219,18 @@ def failure_reply(msg_id: wire.RequestId, what: str) -> wire.Message:
     )
 
 
+def resume_failed_reply(msg_id: wire.RequestId, why: str, status: int | None) -> wire.Message:
+    """The reply to a legacy request whose stream the server closed before
+    the reply and that could not be resumed (2025-11-25 "Resumability and
+    Redelivery"): `why` says what stopped it; `status` is the GET's refusal."""
+    text = f"Upstream cannot resume the stream it closed before the reply: {why}"
+    if status is None:
+        return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, text, reason="upstream-unreachable")
+    return wire.gateway_error(
+        msg_id, wire.INTERNAL_ERROR, text, reason="upstream-http", status=status
+    )
+
+
 # -- the deprecated HTTP+SSE transport (2024-11-05) ------------------------------
 def endpoint_url(base: str, data: str) -> str | None:
     """The POST URL an `endpoint` event names, resolved against the SSE URL;
