@@ -13,7 +13,7 @@ Redelivery"."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,15 +23,13 @@ import orjson
 
 from gateway import wire
 from gateway.fronts import legacy_streams
-from gateway.fronts.http_front import HttpFront
 from tests.http_answers import answer_of
-from tests.inprocess import ACCEPT, HttpGateway, V, http_gateway
+from tests.inprocess import ACCEPT, Exchange, HttpGateway, V, http_gateway
 from tests.mock_clock import on_mock_clock
 from tests.scripted import Recorder, ScriptedServer, legacy_server
 
 JSON = {"accept": ACCEPT, "content-type": "application/json"}
-# Every wait of a test is bounded; on the mock clock the bound is virtual time.
-BOUND = 60.0
+BOUND = 60.0  # seconds of virtual time: every wait of a test is bounded
 
 
 class Upstream:
@@ -92,83 +90,6 @@ async def post(
 ) -> httpx.Response:
     content = body if isinstance(body, bytes) else orjson.dumps(body)
     return await c.post("/mcp", content=content, headers=headers)
-
-
-class Exchange:
-    """One HTTP request and its response, as the ASGI app sees them: the
-    body comes in one message, then `http.disconnect` once the test says
-    the client went away (`gone`)."""
-
-    def __init__(self, method: str, headers: dict[str, str], body: bytes = b"") -> None:
-        self.scope: MutableMapping[str, Any] = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": "/mcp",
-            "raw_path": b"/mcp",
-            "query_string": b"",
-            "headers": [
-                (k.encode("latin-1"), v.encode("latin-1"))
-                for k, v in {"host": "127.0.0.1", **headers}.items()
-            ],
-            "client": ("127.0.0.1", 50000),
-            "server": ("127.0.0.1", 80),
-        }
-        self._body: bytes | None = body
-        self.sent: list[MutableMapping[str, Any]] = []
-        self.gone = anyio.Event()
-        self.ended = anyio.Event()
-        self._changed = anyio.Event()
-
-    async def receive(self) -> MutableMapping[str, Any]:
-        if self._body is not None:
-            body, self._body = self._body, None
-            return {"type": "http.request", "body": body, "more_body": False}
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: MutableMapping[str, Any]) -> None:
-        assert not self.ended.is_set(), "sent after the end of the response"
-        self.sent.append(message)
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            self.ended.set()
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def run(self, app: HttpFront) -> None:
-        await app(self.scope, self.receive, self.send)
-
-    async def wait_until(self, done: Callable[[], bool]) -> None:
-        with anyio.fail_after(BOUND):
-            while not done():  # each pass waits for the app's next write
-                await self._changed.wait()
-
-    @property
-    def status(self) -> int:
-        return int(self.sent[0]["status"])
-
-    def header(self, name: bytes) -> bytes | None:
-        return dict(self.sent[0]["headers"]).get(name)
-
-    def text(self) -> str:
-        chunks = [m.get("body", b"") for m in self.sent if m["type"] == "http.response.body"]
-        return b"".join(chunks).decode()
-
-    def events(self) -> list[dict[str, str]]:
-        """The SSE events written so far (comments left out)."""
-        events = []
-        for block in self.text().split("\n\n"):
-            fields = dict(
-                line.partition(": ")[::2] for line in block.splitlines() if not line.startswith(":")
-            )
-            if fields:
-                events.append(fields)
-        return events
-
-    def messages(self) -> list[dict[str, Any]]:
-        return [orjson.loads(e["data"]) for e in self.events() if e.get("data")]
 
 
 async def legacy_session(c: httpx.AsyncClient, version: str = "2025-11-25") -> dict[str, str]:
@@ -467,3 +388,19 @@ async def test_a_session_deleted_under_a_request_answers_it_404() -> None:
             assert deleted.status_code == 200
     assert post_.status == 404
     assert orjson.loads(post_.text())["id"] == 2
+
+
+@on_mock_clock
+async def test_a_last_event_id_with_non_ascii_digits_is_400_not_a_crash() -> None:
+    """2025-11-25 "Resumability and Redelivery": a Last-Event-ID the server
+    did not hand out resumes nothing. Found by hypothesis: "1/²" passed
+    str.isdigit() and then int() raised, so the GET ended in a 500 with a
+    traceback instead of the gateway's 400."""
+    async with gateway() as (gw, _):
+        sh = await legacy_session(gw.client)
+        # The header's byte 0xB2 reads as "²" (header bytes are latin-1).
+        resume = {**sh, "accept": "text/event-stream", "last-event-id": "1/\xb2"}
+        get = Exchange("GET", resume)
+        await get.run(gw.front)
+    assert get.status == 400
+    assert orjson.loads(get.text())["error"]["data"]["reason"] == "unknown-event-id"
