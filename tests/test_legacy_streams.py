@@ -91,9 +91,10 @@ class Call:
         self._streams, self._session = streams, session
 
     async def run(self) -> None:
-        self.outcome = await self._streams.answer(
-            self._session, self.receive, 7, self.post.receive, self.post.send
-        )
+        with self.inbox, self.receive:
+            self.outcome = await self._streams.answer(
+                self._session, self.receive, 7, self.post.receive, self.post.send
+            )
         self.done.set()
 
 

@@ -470,8 +470,8 @@ class HttpFront:
         started = time.perf_counter()
         assert self.tg is not None
         answer = _Answer()
+        stream = output.open(msg)
         try:
-            stream = output.open(msg)
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
             if session is not None and session.resumable:
                 last = await self._answer_resumable(session, stream, msg_id, receive, send)
@@ -508,6 +508,7 @@ class HttpFront:
                 self._observe_call(msg, link, reply, started)
         finally:
             output.close(msg_id)
+            stream.close()
 
     async def _answer_resumable(
         self,
@@ -680,6 +681,7 @@ class HttpFront:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             session.output.close_get()
+            stream.close()
 
     async def _delete(self, headers: dict[str, str], principal: str, send: Send) -> None:
         session_id = headers.get("mcp-session-id")
