@@ -674,7 +674,7 @@ class GatewayService:
             return
         else:
             owner = holder if isinstance(holder, ClientLink) else claim.sole_owner
-            reply = await self._serve_for(owner, session, msg, feature, claim.calls)
+            reply = await self._serve_for(owner, session, msg, feature, claim)
         if reply is not None:
             await session.respond(reply)
 
@@ -694,7 +694,7 @@ class GatewayService:
         session: UpstreamSession,
         msg: wire.Message,
         feature: str,
-        calls_at_arrival: dict[object, list[tuple[int, str]]],
+        claim: _Claim,
     ) -> wire.Message | None:
         msg_id = msg["id"]
         method = msg["method"]
@@ -719,8 +719,15 @@ class GatewayService:
         elif owner is None:
             why = "no single client call it can belong to"
         else:
-            calls = calls_at_arrival.get(owner, [])
+            calls = claim.calls.get(owner, [])
             missing = mrtr_core.check_capability({}, method, msg.get("params"))
+            # Roots are the session's, not a call's: a legacy server asks for
+            # them at session start and on list_changed (server-everything
+            # 350 ms after initialized, whatever call is then in flight), so
+            # a call of a client that declared none is not failed for it; the
+            # server's refusal lets a tool that needed them fail on its own
+            # terms. Sampling and elicitation asked during a call are its own.
+            sessionwide = method == "roots/list" and feature in session.key.features
             # A request from the HTTP GET stream names no call (2025-11-25: it
             # SHOULD be unrelated to running ones; server-everything asks for
             # roots there after initialized), so it fails none. Nor does one
@@ -728,11 +735,12 @@ class GatewayService:
             # input_required (a tools/list, 2026-07-28): a server asks that at
             # session start, as server-filesystem asks roots/list right after
             # initialized, and the call is not the one that needs it.
+            could_carry = len(calls) == 1 and calls[0][1] in era.MRTR_METHODS
             if (
-                len(calls) == 1
-                and calls[0][1] in era.MRTR_METHODS
+                could_carry
                 and missing is not None
                 and not session.outside_calls(msg_id)
+                and not sessionwide
             ):
                 # The one call of a modern client that declared no client
                 # features needs one: answer it -32021, as a modern server would.
@@ -741,9 +749,13 @@ class GatewayService:
                 )
                 session.fail_call(calls[0][0], missing.error(0))
                 return None
+            in_progress = ", ".join(sorted({m[:100] for _, m in calls}))[:300] or "none"
             why = (
-                "no call of the modern client that can carry it is in progress "
-                f"(in progress: {', '.join(sorted({m[:100] for _, m in calls}))[:300] or 'none'})"
+                f"roots belong to the session, and the only call in progress ({in_progress})"
+                " is of a client that did not declare them"
+                if sessionwide and could_carry
+                else f"no call of the modern client that can carry it is in progress"
+                f" (in progress: {in_progress})"
             )
         self._refusals_log.info("server request refused", method=method[:100], why=why)
         # Every refusal is -32601 with the reason in the message: servers take
