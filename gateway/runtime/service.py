@@ -33,14 +33,16 @@ from gateway.runtime.upstream_pool import Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
     PendingCall,
     ProgressRoute,
-    UpstreamGone,
     UpstreamSession,
-    UpstreamTimeout,
-    UpstreamUnauthorized,
-    UpstreamUnavailable,
     failure_reply,
 )
 from gateway.translate import CacheHint
+from gateway.upstream_errors import (
+    UpstreamError,
+    UpstreamGone,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 
 log = structlog.get_logger("gateway")
 
@@ -376,7 +378,7 @@ class GatewayService:
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
             reply = await self._leased_forward(link, decision, session)
-        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return await self._after_reply(link, msg, decision, session, reply)
 
@@ -400,7 +402,7 @@ class GatewayService:
                 reply = await self._leased_forward(link, decision, session)
             if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
                 reply = await self.legacy_input.complete(link, decision, session, reply)
-        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return self._shape(decision, reply, msg_id, session)
 
@@ -553,7 +555,7 @@ class GatewayService:
         try:
             session = await self.pool.session_for(link.principal, key_caps, legacy)
             await session.notify(upstream_msg["method"], upstream_msg.get("params"))
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             log.warning("client notification not delivered upstream", method=method, error=str(exc))
 
     def cancel_request(self, link: ClientLink, msg_id: wire.RequestId) -> None:
@@ -880,7 +882,7 @@ class GatewayService:
         try:
             session = await self.pool.session_for(link.principal, {})
             await self._session_listen(link).reopen(session)
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             log.warning("cannot open the session's upstream listen", error=str(exc))
 
     async def _session_lost(self, session: UpstreamSession) -> None:

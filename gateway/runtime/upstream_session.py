@@ -13,21 +13,19 @@ import anyio
 import structlog
 
 from gateway import era, wire
-from gateway.backs.http_back import HttpConnectionEnded
-from gateway.backs.stdio_back import ServerExited
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.session_lease import SessionLease
+from gateway.upstream_errors import (
+    ConnectionLost,
+    UpstreamBusy,
+    UpstreamError,
+    UpstreamGone,
+    UpstreamTimeout,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 
 log = structlog.get_logger("gateway.upstream")
-
-# How each transport says its connection is over when written to.
-CONNECTION_LOST = (
-    ServerExited,
-    HttpConnectionEnded,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-)
 
 # Seconds a server has to end a call by itself, once told that no client answer
 # will come, before the gateway cancels it. Real SDKs break when a cancellation
@@ -77,38 +75,24 @@ class Corker(Protocol):
     def uncork(self) -> None: ...
 
 
-class UpstreamGone(Exception):
-    """The upstream connection ended; `reason` says how."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class UpstreamTimeout(Exception):
-    pass
-
-
-class UpstreamUnavailable(Exception):
-    """No session can be had: the upstream is down, busy or unusable."""
-
-
-class UpstreamBusy(UpstreamUnavailable):
-    """Every session the bounds allow is running calls: none can be made for
-    this one (it may be tried again once one is idle)."""
+# The upstream errors (gateway.upstream_errors) are also to be had from here,
+# beside the session that raises them.
+__all__ = [
+    "ConnectionLost",
+    "UpstreamBusy",
+    "UpstreamError",
+    "UpstreamGone",
+    "UpstreamSession",
+    "UpstreamTimeout",
+    "UpstreamUnauthorized",
+    "UpstreamUnavailable",
+    "failure_reply",
+]
 
 
-class UpstreamUnauthorized(UpstreamUnavailable):
-    """The upstream refused the credential it was sent (HTTP 401/403): the
-    refusal itself is kept, for the client whose credential it was."""
-
-    def __init__(self, reply: wire.Message) -> None:
-        super().__init__(reply["error"].get("message", "unauthorized"))
-        self.reply = reply
-
-
-def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Message:
-    """The client's answer when its upstream call could not complete."""
+def failure_reply(exc: UpstreamError | TimeoutError, msg_id: wire.RequestId = 0) -> wire.Message:
+    """The client's answer when its upstream call could not complete: the
+    one place an upstream error becomes a JSON-RPC error."""
     if isinstance(exc, UpstreamUnauthorized):
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
@@ -282,7 +266,7 @@ class UpstreamSession:
             if sent and pending.reply is None:
                 await self._cancel_upstream(msg_id, "cancelled by the client")
             raise
-        except Exception as exc:
+        except ConnectionLost as exc:
             if pending.reply is None and self.closed_reason is None:
                 raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
         finally:
@@ -317,7 +301,7 @@ class UpstreamSession:
         )
         try:
             self.channel.send_nowait(wire.request(msg_id, method, params))
-        except Exception as exc:
+        except ConnectionLost as exc:
             self.pending.pop(msg_id, None)
             raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
         return msg_id
@@ -331,7 +315,7 @@ class UpstreamSession:
                         "notifications/cancelled", {"requestId": msg_id, "reason": reason}
                     )
                 )
-            except Exception as exc:  # the connection is dying; the call is over anyway
+            except ConnectionLost as exc:  # the call is over anyway
                 log.debug("could not send cancellation upstream", error=str(exc))
 
     async def run_sweeper(self, interval: float) -> None:
@@ -364,7 +348,7 @@ class UpstreamSession:
                         {"requestId": msg_id, "reason": reason},
                     )
                 )
-            except Exception as exc:  # the connection may be dying; the call is over anyway
+            except ConnectionLost as exc:  # the call is over anyway
                 log.debug("could not send cancellation upstream", error=str(exc))
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
@@ -373,7 +357,7 @@ class UpstreamSession:
             return
         try:
             await self.channel.send(wire.notification(method, params))
-        except CONNECTION_LOST as exc:
+        except ConnectionLost as exc:
             raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
 
     async def respond(self, msg: wire.Message) -> None:
@@ -384,7 +368,7 @@ class UpstreamSession:
             return
         try:
             await self.channel.send(msg)
-        except CONNECTION_LOST as exc:
+        except ConnectionLost as exc:
             log.debug("answer to a departed server dropped", session=self.label, error=str(exc))
 
     async def run_reader(
