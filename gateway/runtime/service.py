@@ -17,6 +17,7 @@ from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
+from gateway.fronts.port import GatewaySnapshot, Readiness
 from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import (
     CURRENT_REQUEST,
@@ -922,6 +923,39 @@ class GatewayService:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+    # -- what the fronts read (gateway.fronts.port.GatewayPort) ----------
+    def remember_credential(self, principal: str, credential: str) -> None:
+        self.pool.remember_credential(principal, credential)
+
+    def path_for(self, legacy_client: bool) -> str:
+        return self.pool.path_for(legacy_client)
+
+    def readiness(self) -> Readiness:
+        pool, profile = self.pool, self.pool.profile
+        if not pool.settled or profile is None:
+            return Readiness(
+                False, awaiting_credentials=pool.awaiting_credentials, failure=pool.failure
+            )
+        legacy = pool.legacy_side
+        return Readiness(
+            True,
+            era=pool.era_name,
+            server_info=profile.server_info,
+            modern_version=profile.version if legacy is not None else None,
+            legacy_version=legacy.version if legacy is not None else None,
+        )
+
+    def snapshot(self) -> GatewaySnapshot:
+        pool = self.pool
+        return GatewaySnapshot(
+            upstream_sessions=len(pool.sessions),
+            parked_calls=len(self.bridge.held),
+            rounds_to_modern_client=self.bridge.rounds,
+            rounds_to_legacy_client=self.legacy_input.rounds,
+            upstream_restarts=pool.restarts,
+            upstream_ready=pool.settled and pool.profile is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
