@@ -13,6 +13,7 @@ import anyio
 import structlog
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.session_lease import SessionLease
 from gateway.upstream_errors import (
@@ -118,7 +119,7 @@ class PendingCall:
     """A request sent upstream. Awaited calls wait on `done`; fast-path calls
     get `on_reply` run by the reader, and the sweeper bounds them."""
 
-    owner: object | None
+    owner: ClientLink | None
     log_level: str | None
     done: anyio.Event | None = None
     reply: wire.Message | None = None
@@ -143,7 +144,7 @@ class PendingCall:
 
 @dataclass(slots=True)
 class ProgressRoute:
-    owner: object
+    owner: ClientLink
     client_token: str | int
 
 
@@ -173,7 +174,7 @@ class UpstreamSession:
     def alive(self) -> bool:
         return self.closed_reason is None
 
-    def owners(self) -> set[object]:
+    def owners(self) -> set[ClientLink]:
         return {call.owner for call in self.pending.values() if call.owner is not None}
 
     def outside_calls(self, request_id: wire.RequestId) -> bool:
@@ -198,7 +199,7 @@ class UpstreamSession:
             return [call] if call is not None and call.owner is not None else []
         return [call for call in self.pending.values() if call.owner is not None]
 
-    def calls_of(self, owner: object) -> list[int]:
+    def calls_of(self, owner: ClientLink) -> list[int]:
         return [i for i, call in self.pending.items() if call.owner is owner]
 
     def fail_call(self, msg_id: int, reply: wire.Message, wind_down: float | None = None) -> None:
@@ -223,7 +224,7 @@ class UpstreamSession:
         self._next_id += 1
         return self._next_id
 
-    def progress_token(self, owner: object, client_token: str | int) -> str:
+    def progress_token(self, owner: ClientLink, client_token: str | int) -> str:
         """An upstream token unique on this connection, mapped back to the client's."""
         self._next_token += 1
         token = f"gw-{self._next_token}"
@@ -236,7 +237,7 @@ class UpstreamSession:
         params: dict[str, Any] | None,
         *,
         timeout: float,
-        owner: object | None = None,
+        owner: ClientLink | None = None,
         log_level: str | None = None,
         client_id: wire.RequestId | None = None,
         tag: object | None = None,
@@ -283,7 +284,7 @@ class UpstreamSession:
         on_reply: ReplyCallback,
         *,
         timeout: float,
-        owner: object | None = None,
+        owner: ClientLink | None = None,
         log_level: str | None = None,
     ) -> int:
         """Send a request without waiting: the reader runs `on_reply` with the
