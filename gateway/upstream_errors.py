@@ -9,6 +9,7 @@ catches `UpstreamError`, or the one subclass whose answer differs, and
     ├── ConnectionLost        the transport's connection is over (written or read past its end)
     ├── UpstreamGone          a session ended under a call; `reason` says how
     ├── UpstreamTimeout       no answer within the call's bound
+    ├── HttpClientError       an HTTP exchange failed below HTTP (backs/http_client.py)
     └── UpstreamUnavailable   no session can be had
         ├── UpstreamBusy          every session the bounds allow is busy
         ├── UpstreamUnauthorized  the upstream refused the credential

@@ -16,6 +16,7 @@ import pytest
 
 from gateway import wire
 from gateway.backs.http_back import HttpConnectionEnded
+from gateway.backs.http_client import HttpClientError
 from gateway.backs.stdio_back import ServerExited, StdioServerProcess
 from gateway.config import Config
 from gateway.runtime.client_link import ClientLink
@@ -43,6 +44,7 @@ REFUSAL = wire.error_response(7, -32001, "Unauthorized", {"status": 401})
 FAILURES: list[UpstreamError] = [
     ServerExited(1, ["boom"]),
     HttpConnectionEnded("404 on the session"),
+    HttpClientError("timed out waiting for the upstream"),
     UpstreamGone("exited"),
     UpstreamTimeout("upstream did not answer tools/call within 5s"),
     UpstreamUnavailable("down"),
