@@ -823,7 +823,7 @@ def _sweep_interval(request_timeout: float) -> float:
     return min(1.0, max(request_timeout / 10, 0.05))
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: UpstreamError) -> str:
     if isinstance(exc, UpstreamGone):
         return exc.reason
     return str(exc)
