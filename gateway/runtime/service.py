@@ -29,7 +29,6 @@ from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
 from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
-from gateway.runtime.session_listen import _Stream as SessionListenStream
 from gateway.runtime.upstream_pool import Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
     PendingCall,
@@ -829,8 +828,8 @@ class GatewayService:
         if subscription is not None and isinstance(subscription, int):
             # A modern server's listen stream: back under the client's own id.
             listen = session.pending.get(subscription)
-            if isinstance(listen, PendingCall) and isinstance(listen.tag, SessionListenStream):
-                await listen.tag.owner.on_notification(listen.tag, msg)
+            if isinstance(listen, PendingCall) and listen.tag is not None:
+                await listen.tag.on_notification(msg)
                 return
             if (
                 isinstance(listen, PendingCall)

@@ -32,6 +32,9 @@ class _Stream:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     acked: anyio.Event = field(default_factory=anyio.Event)
 
+    async def on_notification(self, msg: wire.Message) -> None:
+        await self.owner.on_notification(self, msg)
+
 
 class SessionListen:
     def __init__(

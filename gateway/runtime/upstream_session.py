@@ -68,6 +68,13 @@ class CallStreams(Protocol):
     def stream_of(self, msg: wire.Message) -> wire.RequestId | None: ...
 
 
+class CallWatcher(Protocol):
+    """Whoever must see the server's notifications about one call, besides
+    its client (a legacy session's upstream listen)."""
+
+    async def on_notification(self, msg: wire.Message) -> None: ...
+
+
 class Corker(Protocol):
     """What the reader corks while it handles one read's messages, so that all
     they produce leaves in one write (the client links)."""
@@ -130,7 +137,7 @@ class PendingCall:
     # to it (a modern server's subscription ids).
     client_id: wire.RequestId | None = None
     # Whoever must see the server's notifications about this call (a listen).
-    tag: object | None = None
+    tag: CallWatcher | None = None
 
     def settle(self, reply: wire.Message) -> None:
         if self.on_reply is not None:
@@ -240,7 +247,7 @@ class UpstreamSession:
         owner: ClientLink | None = None,
         log_level: str | None = None,
         client_id: wire.RequestId | None = None,
-        tag: object | None = None,
+        tag: CallWatcher | None = None,
     ) -> wire.Message:
         """Send a request and wait for its reply (a result or an error message).
 
