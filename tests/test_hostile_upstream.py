@@ -24,8 +24,8 @@ from gateway import era, wire
 from gateway.config import Config
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
+from gateway.fronts.metrics import Metrics
 from gateway.runtime.client_link import ClientLink
-from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
 from tests.scripted import (
     Recorder,

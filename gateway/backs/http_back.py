@@ -34,6 +34,7 @@ from gateway.backs.http_client import HttpClient, HttpClientError, Response, Tim
 from gateway.backs.http_wire import HeaderParam, SseParser
 from gateway.core import upstream_checks
 from gateway.log_limit import LogLimiter
+from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
 
@@ -58,7 +59,7 @@ _MAX_TOOL_PAGES = 50
 Deliver = Callable[[wire.Message], None]
 
 
-class HttpConnectionEnded(Exception):
+class HttpConnectionEnded(ConnectionLost):
     """The upstream session is over (closed by us, or ended by the server)."""
 
 

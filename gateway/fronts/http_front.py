@@ -25,14 +25,14 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import era, inbound, wire
+from gateway.client_link import ClientLink
 from gateway.core import authority, http_binding
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.asgi import Receive, Scope, Send, watch_disconnect
 from gateway.fronts.http_output import HttpOutput
 from gateway.fronts.legacy_streams import LegacyStreams, SessionStreams, resumable
-from gateway.runtime.client_link import ClientLink
-from gateway.runtime.metrics import Metrics
-from gateway.runtime.service import GatewayService
+from gateway.fronts.metrics import Metrics
+from gateway.fronts.port import GatewayPort
 
 log = structlog.get_logger("gateway.fronts.http")
 
@@ -86,7 +86,7 @@ class HttpError(Exception):
 
 
 class HttpFront:
-    def __init__(self, service: GatewayService, metrics: Metrics) -> None:
+    def __init__(self, service: GatewayPort, metrics: Metrics) -> None:
         self.service = service
         self.config = service.config
         self.metrics = metrics
@@ -132,7 +132,10 @@ class HttpFront:
             if path == "/metrics":
                 self._check_admin(headers)
                 await _respond_text(
-                    send, 200, self.metrics.render(self), "text/plain; version=0.0.4"
+                    send,
+                    200,
+                    self.metrics.render(self.service.snapshot(), len(self.sessions)),
+                    "text/plain; version=0.0.4",
                 )
             elif path != ENDPOINT:
                 await _respond(
@@ -156,22 +159,22 @@ class HttpFront:
         """The status for anyone; the era, the server's identity and the
         failure only for those who may read /metrics (README "As an HTTP
         sidecar")."""
-        pool = self.service.pool
+        ready = self.service.readiness()
         body: dict[str, Any]
-        if pool.settled and pool.profile is not None:
+        if ready.settled:
             status = 200
             body = {
                 "status": "ready",
-                "era": pool.era_name,
-                "server": pool.profile.server_info,
+                "era": ready.era,
+                "server": ready.server_info,
             }
-            if pool.legacy_side is not None:
+            if ready.legacy_version is not None:
                 # A dual-era server: the version each era of client meets.
                 body["versions"] = {
-                    "modern": pool.profile.version,
-                    "legacy": pool.legacy_side.version,
+                    "modern": ready.modern_version,
+                    "legacy": ready.legacy_version,
                 }
-        elif pool.awaiting_credentials:
+        elif ready.awaiting_credentials:
             # Reachable, and it wants the clients' own credentials: the era is
             # learnt with the first one, so traffic must be let in.
             status = 200
@@ -185,7 +188,7 @@ class HttpFront:
             status = 503
             body = {
                 "status": "not ready",
-                "reason": pool.failure or "upstream era not settled yet",
+                "reason": ready.failure or "upstream era not settled yet",
             }
         await _respond(send, status, body if details else {"status": body["status"]})
 
@@ -244,7 +247,7 @@ class HttpFront:
                 # of its own, so no two share a session or a requestState.
                 digest = hashlib.sha256(credential.encode()).hexdigest()[:32]
                 principal = f"credential:{digest}"
-            self.service.pool.remember_credential(principal, credential)
+            self.service.remember_credential(principal, credential)
         # "local": the principal of the session the gateway opens at start-up,
         # so the first HTTP client does not need a process of its own.
         return principal or "local"
@@ -537,7 +540,7 @@ class HttpFront:
             link,
             reply,
             time.perf_counter() - started,
-            self.service.pool.path_for(link.session is not None),
+            self.service.path_for(link.session is not None),
         )
 
     def cut_off_calls(self) -> None:

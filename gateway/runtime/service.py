@@ -17,6 +17,7 @@ from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
+from gateway.fronts.port import GatewaySnapshot, Readiness
 from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import (
     CURRENT_REQUEST,
@@ -28,19 +29,20 @@ from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
 from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
-from gateway.runtime.session_listen import _Stream as SessionListenStream
 from gateway.runtime.upstream_pool import Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
     PendingCall,
     ProgressRoute,
-    UpstreamGone,
     UpstreamSession,
-    UpstreamTimeout,
-    UpstreamUnauthorized,
-    UpstreamUnavailable,
     failure_reply,
 )
 from gateway.translate import CacheHint
+from gateway.upstream_errors import (
+    UpstreamError,
+    UpstreamGone,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 
 log = structlog.get_logger("gateway")
 
@@ -376,7 +378,7 @@ class GatewayService:
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
             reply = await self._leased_forward(link, decision, session)
-        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return await self._after_reply(link, msg, decision, session, reply)
 
@@ -400,7 +402,7 @@ class GatewayService:
                 reply = await self._leased_forward(link, decision, session)
             if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
                 reply = await self.legacy_input.complete(link, decision, session, reply)
-        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return self._shape(decision, reply, msg_id, session)
 
@@ -553,7 +555,7 @@ class GatewayService:
         try:
             session = await self.pool.session_for(link.principal, key_caps, legacy)
             await session.notify(upstream_msg["method"], upstream_msg.get("params"))
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             log.warning("client notification not delivered upstream", method=method, error=str(exc))
 
     def cancel_request(self, link: ClientLink, msg_id: wire.RequestId) -> None:
@@ -838,8 +840,8 @@ class GatewayService:
         if subscription is not None and isinstance(subscription, int):
             # A modern server's listen stream: back under the client's own id.
             listen = session.pending.get(subscription)
-            if isinstance(listen, PendingCall) and isinstance(listen.tag, SessionListenStream):
-                await listen.tag.owner.on_notification(listen.tag, msg)
+            if isinstance(listen, PendingCall) and listen.tag is not None:
+                await listen.tag.on_notification(msg)
                 return
             if (
                 isinstance(listen, PendingCall)
@@ -892,7 +894,7 @@ class GatewayService:
         try:
             session = await self.pool.session_for(link.principal, {})
             await self._session_listen(link).reopen(session)
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             log.warning("cannot open the session's upstream listen", error=str(exc))
 
     async def _session_lost(self, session: UpstreamSession) -> None:
@@ -932,6 +934,39 @@ class GatewayService:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+    # -- what the fronts read (gateway.fronts.port.GatewayPort) ----------
+    def remember_credential(self, principal: str, credential: str) -> None:
+        self.pool.remember_credential(principal, credential)
+
+    def path_for(self, legacy_client: bool) -> str:
+        return self.pool.path_for(legacy_client)
+
+    def readiness(self) -> Readiness:
+        pool, profile = self.pool, self.pool.profile
+        if not pool.settled or profile is None:
+            return Readiness(
+                False, awaiting_credentials=pool.awaiting_credentials, failure=pool.failure
+            )
+        legacy = pool.legacy_side
+        return Readiness(
+            True,
+            era=pool.era_name,
+            server_info=profile.server_info,
+            modern_version=profile.version if legacy is not None else None,
+            legacy_version=legacy.version if legacy is not None else None,
+        )
+
+    def snapshot(self) -> GatewaySnapshot:
+        pool = self.pool
+        return GatewaySnapshot(
+            upstream_sessions=len(pool.sessions),
+            parked_calls=len(self.bridge.held),
+            rounds_to_modern_client=self.bridge.rounds,
+            rounds_to_legacy_client=self.legacy_input.rounds,
+            upstream_restarts=pool.restarts,
+            upstream_ready=pool.settled and pool.profile is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,13 @@ from gateway.runtime.upstream_session import (
     Corker,
     ServerMessageHandler,
     SessionKey,
-    UpstreamBusy,
-    UpstreamGone,
     UpstreamSession,
+)
+from gateway.upstream_errors import (
+    Contradicted,
+    UpstreamBusy,
+    UpstreamError,
+    UpstreamGone,
     UpstreamTimeout,
     UpstreamUnauthorized,
     UpstreamUnavailable,
@@ -77,10 +81,6 @@ class LastWords(Protocol):
     """A connection that keeps what the server said on stderr (the stdio back)."""
 
     async def last_words(self, timeout: float = ...) -> list[str]: ...
-
-
-class Contradicted(UpstreamUnavailable):
-    """The server no longer answers in the era cached for it."""
 
 
 def capabilities_for(features: frozenset[str]) -> dict[str, Any]:
@@ -191,7 +191,7 @@ class UpstreamPool:
             # (_open counted the failure for the backoff.)
             self._failure = await self._with_last_words(self.timeout_reason())
             log.error("upstream unavailable", reason=self._failure)
-        except (UpstreamUnavailable, UpstreamGone, OSError) as exc:
+        except UpstreamError as exc:
             self._failure = await self._with_last_words(_describe(exc))
             log.error("upstream unavailable", reason=self._failure)
         finally:
@@ -405,7 +405,7 @@ class UpstreamPool:
                     return self._claim(await self._open(key, first=False))
         except TimeoutError:
             raise UpstreamUnavailable(await self._with_last_words(self.timeout_reason())) from None
-        except (UpstreamGone, UpstreamUnavailable, OSError) as exc:
+        except UpstreamError as exc:
             if isinstance(exc, UpstreamBusy | UpstreamUnauthorized):
                 raise
             raise UpstreamUnavailable(await self._with_last_words(_describe(exc))) from None
@@ -794,7 +794,7 @@ class UpstreamPool:
     ) -> wire.Message:
         try:
             reply = await session.call(method, params, timeout=self.config.startup_timeout)
-        except (UpstreamGone, UpstreamTimeout) as exc:
+        except UpstreamError as exc:  # it went away or did not answer
             raise UpstreamUnavailable(f"{method} failed: {exc}") from None
         _check_credential(reply)
         return reply
@@ -823,7 +823,7 @@ def _sweep_interval(request_timeout: float) -> float:
     return min(1.0, max(request_timeout / 10, 0.05))
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: UpstreamError) -> str:
     if isinstance(exc, UpstreamGone):
         return exc.reason
     return str(exc)
