@@ -17,7 +17,7 @@ import structlog
 from gateway import wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
-from gateway.core import upstream_checks
+from gateway.core import mrtr_shapes, upstream_checks
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink, ForwardedServerRequest
 from gateway.runtime.upstream_session import UpstreamSession
@@ -44,7 +44,7 @@ class LegacyInputLoop:
         assert link.session is not None
         for _ in range(self.config.max_rounds):
             result = reply.get("result")
-            if not isinstance(result, dict) or result.get("resultType") != "input_required":
+            if not mrtr_shapes.is_input_required(result):
                 return reply
             problem = upstream_checks.input_required_problem(result)
             if problem is not None:
@@ -72,7 +72,9 @@ class LegacyInputLoop:
                 )
             retry = Forward(
                 decision.method,
-                core.retry_params(decision.params, answers, result.get("requestState")),
+                mrtr_shapes.retry_params(
+                    decision.params, answers, result.get(mrtr_shapes.REQUEST_STATE)
+                ),
                 decision.shape,
                 decision.client_era,
                 decision.client_capabilities,

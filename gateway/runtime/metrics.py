@@ -6,6 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from gateway import era, wire
+from gateway.core import mrtr_shapes
 from gateway.runtime.client_link import ClientLink
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class Metrics:
         result = reply.get("result")
         if isinstance(error, dict):
             outcome = "error"
-        elif isinstance(result, dict) and result.get("resultType") == "input_required":
+        elif mrtr_shapes.is_input_required(result):
             outcome = "input_required"
         else:
             outcome = "ok"

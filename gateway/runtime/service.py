@@ -14,7 +14,7 @@ import structlog
 from gateway import era, inbound, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
-from gateway.core import routing, upstream_checks
+from gateway.core import mrtr_shapes, routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
 from gateway.log_limit import LogLimiter
@@ -208,7 +208,7 @@ class GatewayService:
         def on_reply(reply: wire.Message) -> None:
             finish()
             if decision.shape is routing.Shape.TO_LEGACY and (
-                _is_unsupported_version(reply) or _is_input_required(reply)
+                _is_unsupported_version(reply) or mrtr_shapes.reply_is_input_required(reply)
             ):
                 # Rare turns that need waiting: a task takes the call from here.
                 call = InflightCall(anyio.CancelScope(), decision.log_level)
@@ -398,7 +398,9 @@ class GatewayService:
                     return redo.message
                 decision = redo
                 reply = await self._leased_forward(link, decision, session)
-            if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
+            if decision.shape is routing.Shape.TO_LEGACY and mrtr_shapes.reply_is_input_required(
+                reply
+            ):
                 reply = await self.legacy_input.complete(link, decision, session, reply)
         except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
@@ -1003,11 +1005,6 @@ def _with_progress_token(params: dict[str, Any] | None, token: str) -> dict[str,
 def _is_unsupported_version(reply: wire.Message) -> bool:
     error = reply.get("error")
     return isinstance(error, dict) and error.get("code") == wire.UNSUPPORTED_PROTOCOL_VERSION
-
-
-def _is_input_required(reply: wire.Message) -> bool:
-    result = reply.get("result")
-    return isinstance(result, dict) and result.get("resultType") == "input_required"
 
 
 __all__ = ["GatewayService", "UpstreamProfile"]
