@@ -167,11 +167,7 @@ def is_modern_error(reply: wire.Message | None) -> bool:
     the server speaks modern MCP, so no fallback to an older transport."""
     if reply is None:
         return False
-    return reply.get("error", {}).get("code") in (
-        wire.HEADER_MISMATCH,
-        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
-        wire.UNSUPPORTED_PROTOCOL_VERSION,
-    )
+    return reply.get("error", {}).get("code") in era.MODERN_ERRORS
 
 
 def refusal_reply(

@@ -26,7 +26,7 @@ from gateway.runtime.client_link import (
 )
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
-from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
+from gateway.runtime.mrtr_bridge import HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.session_listen import _Stream as SessionListenStream
 from gateway.runtime.upstream_pool import Connector, UpstreamPool
@@ -257,7 +257,11 @@ class GatewayService:
             return "none"
         if decision.method in _NO_SERVER_REQUESTS:
             return "none"
-        if link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES)):
+        if (
+            link.session is not None
+            and len(self.links) > 1
+            and any(map(link.declared, era.CLIENT_FEATURES))
+        ):
             return "exclusive"
         return "shared"
 

@@ -34,7 +34,6 @@ from gateway.runtime.upstream_session import (
 
 log = structlog.get_logger("gateway.pool")
 
-FEATURES = ("elicitation", "roots", "sampling")
 # After an outage, how long the reachability check of an HTTP upstream may
 # take before the backoff applies after all.
 REACHABLE_TIMEOUT = 1.0
@@ -319,7 +318,7 @@ class UpstreamPool:
 
     # -- choosing a session ----------------------------------------------
     def _default_key(self, principal: str, dual_legacy: bool = False) -> SessionKey:
-        return SessionKey(principal, frozenset(FEATURES), dual_legacy)
+        return SessionKey(principal, era.CLIENT_FEATURES, dual_legacy)
 
     def key_for(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
@@ -331,7 +330,7 @@ class UpstreamPool:
             dual_legacy = True
         if self.config.max_sessions == 1:
             return self._default_key(principal, dual_legacy)
-        features = frozenset(f for f in FEATURES if f in client_caps)
+        features = era.CLIENT_FEATURES.intersection(client_caps)
         return SessionKey(principal, features, dual_legacy)
 
     def profile_for(self, legacy_client: bool) -> UpstreamProfile | None:
