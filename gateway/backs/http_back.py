@@ -31,8 +31,8 @@ from anyio.abc import TaskGroup
 from gateway import era, wire
 from gateway.backs import http_wire
 from gateway.backs.http_client import HttpClient, HttpClientError, Response, Timeout
-from gateway.backs.http_wire import HeaderParam, SseParser
-from gateway.core import upstream_checks
+from gateway.backs.http_wire import SseParser
+from gateway.core import http_binding, upstream_checks
 from gateway.log_limit import LogLimiter
 
 log = structlog.get_logger("gateway.backs.http")
@@ -139,7 +139,7 @@ class HttpServerConnection:
         self._stopped = anyio.Event()
         self._inflight: dict[wire.RequestId, _Inflight] = {}
         self._delete_scope: anyio.CancelScope | None = None
-        self._tool_params: dict[str, tuple[HeaderParam, ...]] = {}
+        self._tool_params: dict[str, tuple[http_binding.HeaderParam, ...]] = {}
         self._tools_generation = 0
         self._tools_lock = anyio.Lock()
         self._own_ids = itertools.count(1)
@@ -329,7 +329,7 @@ class HttpServerConnection:
         if self.legacy_version is not None:
             headers["MCP-Protocol-Version"] = self.legacy_version
         elif self.session_id is None and era.is_modern(msg):
-            headers.update(http_wire.modern_headers(msg, self._tool_params))
+            headers.update(http_binding.modern_headers(msg, self._tool_params))
         return headers
 
     # -- requests --------------------------------------------------------------------
@@ -637,8 +637,8 @@ class HttpServerConnection:
                 kept.append(tool)
                 continue
             try:
-                params = http_wire.tool_header_params(tool)
-            except http_wire.InvalidAnnotation as exc:
+                params = http_binding.tool_header_params(tool)
+            except http_binding.InvalidAnnotation as exc:
                 log.warning("upstream tool excluded", tool=tool["name"], reason=str(exc))
                 self._tool_params.pop(tool["name"], None)
                 continue
