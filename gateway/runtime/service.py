@@ -228,6 +228,7 @@ class GatewayService:
                 params,
                 on_reply,
                 timeout=self.config.request_timeout,
+                client_id=msg_id,
                 owner=link,
                 log_level=decision.log_level,
             )
@@ -379,7 +380,7 @@ class GatewayService:
                 return await self.listens.listen(link, msg, session)
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
-            reply = await self._leased_forward(link, decision, session)
+            reply = await self._leased_forward(link, decision, session, msg_id)
         except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return await self._after_reply(link, msg, decision, session, reply)
@@ -401,11 +402,11 @@ class GatewayService:
                 if isinstance(redo, routing.Reply):
                     return redo.message
                 decision = redo
-                reply = await self._leased_forward(link, decision, session)
+                reply = await self._leased_forward(link, decision, session, msg_id)
             if decision.shape is routing.Shape.TO_LEGACY and mrtr_shapes.reply_is_input_required(
                 reply
             ):
-                reply = await self.legacy_input.complete(link, decision, session, reply)
+                reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
         except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return self._shape(decision, reply, msg_id, session)
@@ -432,14 +433,18 @@ class GatewayService:
         return decision
 
     async def _leased_forward(
-        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+        self,
+        link: ClientLink,
+        decision: routing.Forward,
+        session: UpstreamSession,
+        client_id: wire.RequestId,
     ) -> wire.Message:
         """Forward a call, holding the session's lease when a server request
         during it could need a client (DESIGN §5.1.6)."""
         lease = session.lease
         kind = self._lease_kind(link, decision, session)
         if kind == "none":
-            return await self._forward(link, decision, session)
+            return await self._forward(link, decision, session, client_id=client_id)
         exclusive = kind == "exclusive"
         with anyio.fail_after(self.config.request_timeout):
             if exclusive:
@@ -447,7 +452,7 @@ class GatewayService:
             else:
                 await lease.acquire_shared()
         try:
-            return await self._forward(link, decision, session)
+            return await self._forward(link, decision, session, client_id=client_id)
         finally:
             if exclusive:
                 lease.release_exclusive(link)
@@ -489,14 +494,19 @@ class GatewayService:
         decision: routing.Forward,
         session: UpstreamSession,
         timeout: float | None = None,
+        client_id: wire.RequestId | None = None,
     ) -> wire.Message:
+        """The reply to `decision` from upstream. `client_id`: the client's id
+        for the request, which the answers the gateway gives in the server's
+        stead carry (None from the MRTR bridge, whose calls need none)."""
         level = session.log_level_needed(decision.log_level)
         if level is not None:
             await self._set_upstream_level(session, level)
         if decision.method == "logging/setLevel":
             # Served by the level machinery above; the shared session's level
             # is the gateway's, so the client is answered here.
-            return wire.result_response(0, {})
+            assert client_id is not None  # a client's setLevel comes with its id
+            return wire.result_response(client_id, {})
         params: dict[str, Any] | None = decision.params
         token = _progress_token(params)
         upstream_token = None
@@ -504,12 +514,10 @@ class GatewayService:
             upstream_token = session.progress_token(link, token)
             params = _with_progress_token(params, upstream_token)
         if decision.method == "subscriptions/listen":
-            if self.listens.ending:
+            if self.listens.ending and client_id is not None:
                 # Shutdown began while this listen was on its way: it gets the
                 # closing result the others got, not a stream cut off later.
-                client_id = CURRENT_REQUEST.get()
-                if client_id is not None:
-                    return wire.result_response(0, subs_core.closing_result(client_id))
+                return wire.result_response(client_id, subs_core.closing_result(client_id))
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
         try:
@@ -519,7 +527,7 @@ class GatewayService:
                 timeout=timeout or self.config.request_timeout,
                 owner=link,
                 log_level=decision.log_level,
-                client_id=CURRENT_REQUEST.get(),
+                client_id=client_id,
             )
         finally:
             if upstream_token is not None:
@@ -745,7 +753,9 @@ class GatewayService:
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                session.fail_call(calls[0][0], missing.error(0))
+                target = session.pending.get(calls[0][0])
+                if target is not None and target.client_id is not None:
+                    session.fail_call(calls[0][0], missing.error(target.client_id))
                 return None
             why = (
                 "no call of the modern client that can carry it is in progress "
@@ -914,7 +924,7 @@ class GatewayService:
                 ):
                     session.abandon_call(upstream_id, "the gateway is shutting down")
                     closing = subs_core.closing_result(pending.client_id)
-                    pending.settle(wire.result_response(0, closing))
+                    pending.settle(wire.result_response(pending.client_id, closing))
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None

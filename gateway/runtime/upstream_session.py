@@ -108,7 +108,9 @@ class UpstreamUnauthorized(UpstreamUnavailable):
 
 
 def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Message:
-    """The client's answer when its upstream call could not complete."""
+    """The client's answer, under its request's id, when its upstream call
+    could not complete. (The default id is for the MRTR bridge's parked
+    call alone, whose answer goes out under a later retry's id; issue #11.)"""
     if isinstance(exc, UpstreamUnauthorized):
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
@@ -141,8 +143,9 @@ class PendingCall:
     on_reply: ReplyCallback | None = None
     deadline: float = 0.0
     method: str = ""
-    # The client's id for the request, where something must be mapped back
-    # to it (a modern server's subscription ids).
+    # The client's id for the request (None for the gateway's own calls):
+    # what the gateway answers in the server's stead carries it, and a modern
+    # server's subscription ids are mapped back to it.
     client_id: wire.RequestId | None = None
     # Whoever must see the server's notifications about this call (a listen).
     tag: object | None = None
@@ -299,12 +302,14 @@ class UpstreamSession:
         on_reply: ReplyCallback,
         *,
         timeout: float,
+        client_id: wire.RequestId,
         owner: object | None = None,
         log_level: str | None = None,
     ) -> int:
         """Send a request without waiting: the reader runs `on_reply` with the
-        answer (or a gateway error if the server exits or the sweeper finds it
-        overdue). The fast path for plain forwarding: no task, no scope."""
+        answer (or a gateway error under `client_id` if the server exits or
+        the sweeper finds it overdue). The fast path for plain forwarding: no
+        task, no scope."""
         if self.closed_reason is not None:
             raise UpstreamGone(self.closed_reason)
         msg_id = self.next_id()
@@ -314,6 +319,7 @@ class UpstreamSession:
             on_reply=on_reply,
             deadline=anyio.current_time() + timeout,
             method=method,
+            client_id=client_id,
         )
         try:
             self.channel.send_nowait(wire.request(msg_id, method, params))
@@ -345,7 +351,7 @@ class UpstreamSession:
                 self.abandon_call(msg_id, "no reply in time")
                 pending.settle(
                     wire.gateway_error(
-                        0,
+                        pending.client_id,
                         wire.INTERNAL_ERROR,
                         f"upstream did not answer {pending.method} in time",
                         reason="upstream-timeout",
@@ -428,12 +434,14 @@ class UpstreamSession:
         pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
-        failure = wire.gateway_error(
-            0, wire.INTERNAL_ERROR, f"Upstream server failed: {reason}", reason="upstream-failed"
-        )
+        message = f"Upstream server failed: {reason}"
         for call in pending:
             if call.on_reply is not None:
-                call.settle(failure)
+                call.settle(
+                    wire.gateway_error(
+                        call.client_id, wire.INTERNAL_ERROR, message, reason="upstream-failed"
+                    )
+                )
             elif call.done is not None:
                 call.done.set()
 
