@@ -15,20 +15,15 @@ from gateway import era, wire
 from gateway.core import upstream_checks
 
 
-def discover_request(
-    msg_id: wire.RequestId, version: str, client_info: dict[str, Any]
-) -> wire.Message:
-    return wire.request(
-        msg_id,
-        "server/discover",
-        {
-            "_meta": {
-                era.PROTOCOL_VERSION: version,
-                era.CLIENT_CAPABILITIES: {},
-                era.CLIENT_INFO: client_info,
-            }
-        },
-    )
+def discover_params(version: str, client_info: dict[str, Any]) -> dict[str, Any]:
+    """The params of the gateway's `server/discover` probe."""
+    return {
+        "_meta": {
+            era.PROTOCOL_VERSION: version,
+            era.CLIENT_CAPABILITIES: {},
+            era.CLIENT_INFO: client_info,
+        }
+    }
 
 
 @dataclass(frozen=True, slots=True)
