@@ -22,6 +22,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import era, wire
 from gateway.config import Config
+from gateway.core import http_binding
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
@@ -672,7 +673,9 @@ def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None
     ]
     for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
         front._observe({"jsonrpc": "2.0", "id": 1, "result": result})
-    assert front._tools == {"t": {}, "u": {}, "v": {"mcp-param-region": "a"}}
+    # "u" breaks "Schema Extension" (a name that is no token): no headers are
+    # expected for it, as a conforming client excludes it.
+    assert front._tools == {"t": (), "v": (http_binding.HeaderParam(("a",), "Region"),)}
 
 
 @pytest.mark.parametrize("bad_id", ["true", "{id}.0", "[{id}]"])

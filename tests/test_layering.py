@@ -51,13 +51,6 @@ PROTOCOL_LAYERS = ["wire.py", "era.py", "translate.py", "inbound.py", "core"]
 PROTOCOL_WORDS_YET_USED = {
     # Being rewritten (part C: the MRTR hold as a pure state machine).
     "runtime/mrtr_bridge.py": {"resultType", "inputResponses", "requestState"},
-    # Being reworked (parts A1 and C); `_is_input_required` moves to the one
-    # home of the MRTR shapes (part A1).
-    "runtime/service.py": {"resultType"},
-    # Part A1: input_required detection and the retry's params move to the
-    # one home of the MRTR shapes.
-    "runtime/legacy_input.py": {"resultType", "requestState"},
-    "fronts/metrics.py": {"resultType"},
     # Prose for a person (the demo's explanation), not a rule.
     "demo.py": {"resultType"},
 }

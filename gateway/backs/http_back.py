@@ -31,16 +31,16 @@ from anyio.abc import TaskGroup
 from gateway import era, wire
 from gateway.backs import http_wire
 from gateway.backs.http_client import HttpClient, HttpClientError, Response, Timeout
-from gateway.backs.http_wire import HeaderParam, SseParser
-from gateway.core import upstream_checks
+from gateway.backs.http_wire import SseParser
+from gateway.core import backoff, http_binding, upstream_checks
 from gateway.log_limit import LogLimiter
 from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
 
 _ids = itertools.count(1)
-# A legacy GET stream that broke is reopened after this (doubling), unless the
-# server's `retry` field says otherwise.
+# A legacy GET stream that ended or broke is reopened after this, or after the
+# server's `retry` hint, doubling while it keeps failing (core/backoff).
 _GET_RETRY_FIRST = 1.0
 _GET_RETRY_MAX = 30.0
 # A legacy call's stream that the server closed before the reply is resumed
@@ -140,7 +140,7 @@ class HttpServerConnection:
         self._stopped = anyio.Event()
         self._inflight: dict[wire.RequestId, _Inflight] = {}
         self._delete_scope: anyio.CancelScope | None = None
-        self._tool_params: dict[str, tuple[HeaderParam, ...]] = {}
+        self._tool_params: dict[str, tuple[http_binding.HeaderParam, ...]] = {}
         self._tools_generation = 0
         self._tools_lock = anyio.Lock()
         self._own_ids = itertools.count(1)
@@ -330,7 +330,7 @@ class HttpServerConnection:
         if self.legacy_version is not None:
             headers["MCP-Protocol-Version"] = self.legacy_version
         elif self.session_id is None and era.is_modern(msg):
-            headers.update(http_wire.modern_headers(msg, self._tool_params))
+            headers.update(http_binding.modern_headers(msg, self._tool_params))
         return headers
 
     # -- requests --------------------------------------------------------------------
@@ -638,8 +638,8 @@ class HttpServerConnection:
                 kept.append(tool)
                 continue
             try:
-                params = http_wire.tool_header_params(tool)
-            except http_wire.InvalidAnnotation as exc:
+                params = http_binding.tool_header_params(tool)
+            except http_binding.InvalidAnnotation as exc:
                 log.warning("upstream tool excluded", tool=tool["name"], reason=str(exc))
                 self._tool_params.pop(tool["name"], None)
                 continue
@@ -714,7 +714,8 @@ class HttpServerConnection:
 
     # -- the legacy GET stream --------------------------------------------------------
     async def _run_get_stream(self) -> None:
-        delay = _GET_RETRY_FIRST
+        failures = 0  # ends of the stream since it last opened
+        hint: float | None = None  # the server's `retry`, in seconds
         while self._ended is None:  # each pass opens the stream once
             headers = {**self._headers({}), "Accept": "text/event-stream"}
             headers.pop("Content-Type", None)
@@ -734,17 +735,19 @@ class HttpServerConnection:
                         log.warning("upstream GET stream refused", status=status, ctype=ctype)
                         return
                     if resp.is_success:
-                        delay = _GET_RETRY_FIRST
+                        failures, hint = 0, None
                         parser = SseParser(self._max_bytes)
                         async for chunk in resp.aiter_bytes():
                             for event in parser.feed(chunk):
                                 if event.retry is not None:
-                                    delay = event.retry / 1000
+                                    hint = event.retry / 1000
                                 self._handle_event(event, self._push_unattached, None)
             except HttpClientError as exc:
                 log.debug("upstream GET stream broke", error=_describe(exc))
-            await anyio.sleep(delay)
-            delay = min(delay * 2, _GET_RETRY_MAX)
+            failures += 1
+            first = _GET_RETRY_FIRST if hint is None else hint
+            # Never sooner than the server asked, even past our own cap.
+            await self.sleep(backoff.delay(failures, first, max(first, _GET_RETRY_MAX)))
 
     async def _delete_session(self) -> None:
         """2025-11-25: a client that no longer needs its session DELETEs it

@@ -92,7 +92,7 @@ class HttpFront:
         self.metrics = metrics
         self.sessions: dict[str, LegacySession] = {}
         self._busy: dict[str, int] = {}
-        self._tools: dict[str, dict[str, str]] = {}
+        self._tools: dict[str, tuple[http_binding.HeaderParam, ...]] = {}
         self.tg: TaskGroup | None = None
         # Config.check has parsed them, so they are well-formed here.
         self._allowed_hosts = frozenset(
@@ -622,7 +622,12 @@ class HttpFront:
         if isinstance(tools, list):
             for tool in tools:
                 if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    self._tools[tool["name"]] = http_binding.param_headers(tool)
+                    try:
+                        self._tools[tool["name"]] = http_binding.tool_header_params(tool)
+                    except http_binding.InvalidAnnotation:
+                        # A client excludes the tool ("Schema Extension"), so
+                        # no header of a call to it is one the front knows.
+                        self._tools.pop(tool["name"], None)
 
     # -- GET / DELETE (legacy sessions) ---------------------------------------------
     async def _get(

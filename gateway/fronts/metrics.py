@@ -9,6 +9,7 @@ from collections import Counter
 
 from gateway import era, wire
 from gateway.client_link import ClientLink
+from gateway.core import mrtr_shapes
 from gateway.fronts.port import GatewaySnapshot
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -51,7 +52,7 @@ class Metrics:
         result = reply.get("result")
         if isinstance(error, dict):
             outcome = "error"
-        elif isinstance(result, dict) and result.get("resultType") == "input_required":
+        elif mrtr_shapes.is_input_required(result):
             outcome = "input_required"
         else:
             outcome = "ok"

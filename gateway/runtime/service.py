@@ -14,7 +14,7 @@ import structlog
 from gateway import era, inbound, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
-from gateway.core import routing, upstream_checks
+from gateway.core import mrtr_shapes, routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
 from gateway.fronts.port import GatewaySnapshot, Readiness
@@ -27,7 +27,7 @@ from gateway.runtime.client_link import (
 )
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
-from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
+from gateway.runtime.mrtr_bridge import HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.upstream_pool import Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
@@ -210,7 +210,7 @@ class GatewayService:
         def on_reply(reply: wire.Message) -> None:
             finish()
             if decision.shape is routing.Shape.TO_LEGACY and (
-                _is_unsupported_version(reply) or _is_input_required(reply)
+                _is_unsupported_version(reply) or mrtr_shapes.reply_is_input_required(reply)
             ):
                 # Rare turns that need waiting: a task takes the call from here.
                 call = InflightCall(anyio.CancelScope(), decision.log_level)
@@ -230,6 +230,7 @@ class GatewayService:
                 params,
                 on_reply,
                 timeout=self.config.request_timeout,
+                client_id=msg_id,
                 owner=link,
                 log_level=decision.log_level,
             )
@@ -259,7 +260,11 @@ class GatewayService:
             return "none"
         if decision.method in _NO_SERVER_REQUESTS:
             return "none"
-        if link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES)):
+        if (
+            link.session is not None
+            and len(self.links) > 1
+            and any(map(link.declared, era.CLIENT_FEATURES))
+        ):
             return "exclusive"
         return "shared"
 
@@ -377,7 +382,7 @@ class GatewayService:
                 return await self.listens.listen(link, msg, session)
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
-            reply = await self._leased_forward(link, decision, session)
+            reply = await self._leased_forward(link, decision, session, msg_id)
         except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return await self._after_reply(link, msg, decision, session, reply)
@@ -399,9 +404,11 @@ class GatewayService:
                 if isinstance(redo, routing.Reply):
                     return redo.message
                 decision = redo
-                reply = await self._leased_forward(link, decision, session)
-            if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
-                reply = await self.legacy_input.complete(link, decision, session, reply)
+                reply = await self._leased_forward(link, decision, session, msg_id)
+            if decision.shape is routing.Shape.TO_LEGACY and mrtr_shapes.reply_is_input_required(
+                reply
+            ):
+                reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
         except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return self._shape(decision, reply, msg_id, session)
@@ -428,14 +435,18 @@ class GatewayService:
         return decision
 
     async def _leased_forward(
-        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+        self,
+        link: ClientLink,
+        decision: routing.Forward,
+        session: UpstreamSession,
+        client_id: wire.RequestId,
     ) -> wire.Message:
         """Forward a call, holding the session's lease when a server request
         during it could need a client (DESIGN §5.1.6)."""
         lease = session.lease
         kind = self._lease_kind(link, decision, session)
         if kind == "none":
-            return await self._forward(link, decision, session)
+            return await self._forward(link, decision, session, client_id=client_id)
         exclusive = kind == "exclusive"
         with anyio.fail_after(self.config.request_timeout):
             if exclusive:
@@ -443,7 +454,7 @@ class GatewayService:
             else:
                 await lease.acquire_shared()
         try:
-            return await self._forward(link, decision, session)
+            return await self._forward(link, decision, session, client_id=client_id)
         finally:
             if exclusive:
                 lease.release_exclusive(link)
@@ -485,14 +496,19 @@ class GatewayService:
         decision: routing.Forward,
         session: UpstreamSession,
         timeout: float | None = None,
+        client_id: wire.RequestId | None = None,
     ) -> wire.Message:
+        """The reply to `decision` from upstream. `client_id`: the client's id
+        for the request, which the answers the gateway gives in the server's
+        stead carry (None from the MRTR bridge, whose calls need none)."""
         level = session.log_level_needed(decision.log_level)
         if level is not None:
             await self._set_upstream_level(session, level)
         if decision.method == "logging/setLevel":
             # Served by the level machinery above; the shared session's level
             # is the gateway's, so the client is answered here.
-            return wire.result_response(0, {})
+            assert client_id is not None  # a client's setLevel comes with its id
+            return wire.result_response(client_id, {})
         params: dict[str, Any] | None = decision.params
         token = _progress_token(params)
         upstream_token = None
@@ -500,12 +516,10 @@ class GatewayService:
             upstream_token = session.progress_token(link, token)
             params = _with_progress_token(params, upstream_token)
         if decision.method == "subscriptions/listen":
-            if self.listens.ending:
+            if self.listens.ending and client_id is not None:
                 # Shutdown began while this listen was on its way: it gets the
                 # closing result the others got, not a stream cut off later.
-                client_id = CURRENT_REQUEST.get()
-                if client_id is not None:
-                    return wire.result_response(0, subs_core.closing_result(client_id))
+                return wire.result_response(client_id, subs_core.closing_result(client_id))
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
         try:
@@ -515,7 +529,7 @@ class GatewayService:
                 timeout=timeout or self.config.request_timeout,
                 owner=link,
                 log_level=decision.log_level,
-                client_id=CURRENT_REQUEST.get(),
+                client_id=client_id,
             )
         finally:
             if upstream_token is not None:
@@ -749,7 +763,9 @@ class GatewayService:
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                session.fail_call(calls[0][0], missing.error(0))
+                target = session.pending.get(calls[0][0])
+                if target is not None and target.client_id is not None:
+                    session.fail_call(calls[0][0], missing.error(target.client_id))
                 return None
             in_progress = ", ".join(sorted({m[:100] for _, m in calls}))[:300] or "none"
             why = (
@@ -922,7 +938,7 @@ class GatewayService:
                 ):
                     session.abandon_call(upstream_id, "the gateway is shutting down")
                     closing = subs_core.closing_result(pending.client_id)
-                    pending.settle(wire.result_response(0, closing))
+                    pending.settle(wire.result_response(pending.client_id, closing))
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None
@@ -1050,11 +1066,6 @@ def _with_progress_token(params: dict[str, Any] | None, token: str) -> dict[str,
 def _is_unsupported_version(reply: wire.Message) -> bool:
     error = reply.get("error")
     return isinstance(error, dict) and error.get("code") == wire.UNSUPPORTED_PROTOCOL_VERSION
-
-
-def _is_input_required(reply: wire.Message) -> bool:
-    result = reply.get("result")
-    return isinstance(result, dict) and result.get("resultType") == "input_required"
 
 
 __all__ = ["GatewayService", "UpstreamProfile"]

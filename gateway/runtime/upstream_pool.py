@@ -38,7 +38,6 @@ from gateway.upstream_errors import (
 
 log = structlog.get_logger("gateway.pool")
 
-FEATURES = ("elicitation", "roots", "sampling")
 # After an outage, how long the reachability check of an HTTP upstream may
 # take before the backoff applies after all.
 REACHABLE_TIMEOUT = 1.0
@@ -319,7 +318,7 @@ class UpstreamPool:
 
     # -- choosing a session ----------------------------------------------
     def _default_key(self, principal: str, dual_legacy: bool = False) -> SessionKey:
-        return SessionKey(principal, frozenset(FEATURES), dual_legacy)
+        return SessionKey(principal, era.CLIENT_FEATURES, dual_legacy)
 
     def key_for(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
@@ -331,7 +330,7 @@ class UpstreamPool:
             dual_legacy = True
         if self.config.max_sessions == 1:
             return self._default_key(principal, dual_legacy)
-        features = frozenset(f for f in FEATURES if f in client_caps)
+        features = era.CLIENT_FEATURES.intersection(client_caps)
         return SessionKey(principal, features, dual_legacy)
 
     def profile_for(self, legacy_client: bool) -> UpstreamProfile | None:
@@ -685,8 +684,8 @@ class UpstreamPool:
         (HTTP: DELETE). Returns how the legacy era was found out."""
         key = self._default_key(principal, dual_legacy=True)
         session = await self._spawn(key)
-        request = legacy_handshake.initialize_request(
-            0, capabilities_for(key.features), self.config.client_info
+        params = legacy_handshake.initialize_params(
+            capabilities_for(key.features), self.config.client_info
         )
         self._stage = "initialize (the legacy check)"
         try:
@@ -694,7 +693,7 @@ class UpstreamPool:
             # that long on top of probe_timeout, or a loaded machine would
             # make a dual-era server look modern-only.
             reply = await session.call(
-                "initialize", request["params"], timeout=self.config.probe_timeout + probe_seconds
+                "initialize", params, timeout=self.config.probe_timeout + probe_seconds
             )
         except UpstreamTimeout:
             await self._retire(session, "no answer to the legacy check")
@@ -738,7 +737,7 @@ class UpstreamPool:
         try:
             reply = await session.call(
                 "server/discover",
-                era_probe.discover_request(0, version, self.config.client_info)["params"],
+                era_probe.discover_params(version, self.config.client_info),
                 timeout=self.config.probe_timeout,
             )
         except UpstreamTimeout:
@@ -757,7 +756,7 @@ class UpstreamPool:
         reply = await self._call(
             session,
             "server/discover",
-            era_probe.discover_request(0, version, self.config.client_info)["params"],
+            era_probe.discover_params(version, self.config.client_info),
         )
         verdict = era_probe.judge(reply)
         if verdict.era is era.Era.LEGACY:
@@ -769,9 +768,9 @@ class UpstreamPool:
 
     async def _initialize(self, session: UpstreamSession, key: SessionKey) -> None:
         caps = capabilities_for(key.features)
-        request = legacy_handshake.initialize_request(0, caps, self.config.client_info)
+        params = legacy_handshake.initialize_params(caps, self.config.client_info)
         self._stage = "initialize"
-        reply = await self._call(session, "initialize", request["params"])
+        reply = await self._call(session, "initialize", params)
         if era_probe.judge(reply).era is era.Era.MODERN and "error" in reply:
             raise Contradicted(f"initialize refused with modern error {reply['error'].get('code')}")
         try:

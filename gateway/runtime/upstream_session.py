@@ -99,8 +99,10 @@ __all__ = [
 
 
 def failure_reply(exc: UpstreamError | TimeoutError, msg_id: wire.RequestId = 0) -> wire.Message:
-    """The client's answer when its upstream call could not complete: the
-    one place an upstream error becomes a JSON-RPC error."""
+    """The client's answer, under its request's id, when its upstream call
+    could not complete: the one place an upstream error becomes a JSON-RPC
+    error. (The default id is for the MRTR bridge's parked call alone, whose
+    answer goes out under a later retry's id; issue #11.)"""
     if isinstance(exc, UpstreamUnauthorized):
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
@@ -133,8 +135,9 @@ class PendingCall:
     on_reply: ReplyCallback | None = None
     deadline: float = 0.0
     method: str = ""
-    # The client's id for the request, where something must be mapped back
-    # to it (a modern server's subscription ids).
+    # The client's id for the request (None for the gateway's own calls):
+    # what the gateway answers in the server's stead carries it, and a modern
+    # server's subscription ids are mapped back to it.
     client_id: wire.RequestId | None = None
     # Whoever must see the server's notifications about this call (a listen).
     tag: CallWatcher | None = None
@@ -291,12 +294,14 @@ class UpstreamSession:
         on_reply: ReplyCallback,
         *,
         timeout: float,
+        client_id: wire.RequestId,
         owner: ClientLink | None = None,
         log_level: str | None = None,
     ) -> int:
         """Send a request without waiting: the reader runs `on_reply` with the
-        answer (or a gateway error if the server exits or the sweeper finds it
-        overdue). The fast path for plain forwarding: no task, no scope."""
+        answer (or a gateway error under `client_id` if the server exits or
+        the sweeper finds it overdue). The fast path for plain forwarding: no
+        task, no scope."""
         if self.closed_reason is not None:
             raise UpstreamGone(self.closed_reason)
         msg_id = self.next_id()
@@ -306,6 +311,7 @@ class UpstreamSession:
             on_reply=on_reply,
             deadline=anyio.current_time() + timeout,
             method=method,
+            client_id=client_id,
         )
         try:
             self.channel.send_nowait(wire.request(msg_id, method, params))
@@ -337,7 +343,7 @@ class UpstreamSession:
                 self.abandon_call(msg_id, "no reply in time")
                 pending.settle(
                     wire.gateway_error(
-                        0,
+                        pending.client_id,
                         wire.INTERNAL_ERROR,
                         f"upstream did not answer {pending.method} in time",
                         reason="upstream-timeout",
@@ -420,12 +426,14 @@ class UpstreamSession:
         pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
-        failure = wire.gateway_error(
-            0, wire.INTERNAL_ERROR, f"Upstream server failed: {reason}", reason="upstream-failed"
-        )
+        message = f"Upstream server failed: {reason}"
         for call in pending:
             if call.on_reply is not None:
-                call.settle(failure)
+                call.settle(
+                    wire.gateway_error(
+                        call.client_id, wire.INTERNAL_ERROR, message, reason="upstream-failed"
+                    )
+                )
             elif call.done is not None:
                 call.done.set()
 
