@@ -672,10 +672,10 @@ def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None
         {"name": "v", "inputSchema": {"properties": {"a": {"x-mcp-header": "Region"}}}},
     ]
     for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
-        front._observe({"jsonrpc": "2.0", "id": 1, "result": result})
+        front._tools.observe({"jsonrpc": "2.0", "id": 1, "result": result})
     # "u" breaks "Schema Extension" (a name that is no token): no headers are
     # expected for it, as a conforming client excludes it.
-    assert front._tools == {"t": (), "v": (http_binding.HeaderParam(("a",), "Region"),)}
+    assert front._tools.known() == {"t": (), "v": (http_binding.HeaderParam(("a",), "Region"),)}
 
 
 @pytest.mark.parametrize("bad_id", ["true", "{id}.0", "[{id}]"])

@@ -310,3 +310,31 @@ def accepts_json_and_sse(accept: str | None) -> bool:
         return False
     kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
     return "*/*" in kinds or {"application/json", "text/event-stream"} <= kinds
+
+
+class ToolHeaderCache:
+    """The x-mcp-header parameters of each tool, learnt from tools/list
+    results, to validate the Mcp-Param-* headers of later calls."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, tuple[HeaderParam, ...]] = {}
+
+    def params(self, name: str) -> tuple[HeaderParam, ...] | None:
+        return self._tools.get(name)
+
+    def known(self) -> dict[str, tuple[HeaderParam, ...]]:
+        return dict(self._tools)
+
+    def observe(self, reply: dict[str, Any]) -> None:
+        result = reply.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                try:
+                    self._tools[tool["name"]] = tool_header_params(tool)
+                except InvalidAnnotation:
+                    # A client excludes the tool ("Schema Extension"), so no
+                    # header of a call to it is one the front knows.
+                    self._tools.pop(tool["name"], None)
