@@ -23,7 +23,8 @@ import pytest
 
 from gateway import era, wire
 from gateway.backs import http_wire
-from gateway.backs.http_back import HttpConnectionEnded, HttpConnector, HttpServerConnection
+from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
+from gateway.backs.http_connector import HttpConnector
 from gateway.config import Config
 from gateway.core import http_binding
 from gateway.runtime.client_link import ClientLink

@@ -15,7 +15,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
-from gateway.backs.http_back import HttpConnector
+from gateway.backs.http_connector import HttpConnector
 from gateway.backs.stdio_back import StdioServerProcess, stderr_summary
 from gateway.config import Config
 from gateway.core import backoff, era_probe, http_binding, legacy_handshake
