@@ -29,7 +29,7 @@ from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
 from gateway.runtime.mrtr_bridge import HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
-from gateway.runtime.upstream_pool import Connector, UpstreamPool
+from gateway.runtime.upstream_pool import MODERN_KEY, Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
     PendingCall,
     ProgressRoute,
@@ -827,8 +827,8 @@ class GatewayService:
             level = params.get("level")
             if level not in era.LOG_RANK:
                 return
-            for link in list(self.links):
-                if link.session is not None and _legacy_client_wants_log(link, session, level):
+            for link in self._legacy_links_of(session):
+                if _legacy_client_wants_log(link, session, level):
                     await _send_quietly(link, msg)
             owner = _log_owner(session, msg, level)
             if owner is not None:
@@ -869,11 +869,24 @@ class GatewayService:
         if session.profile is not None and session.profile.era is era.Era.LEGACY:
             await self.listens.deliver(session, msg)
             # Same-era passthrough for legacy clients (list_changed, resources/updated, …).
-            for link in list(self.links):
-                if link.session is not None:
-                    await _send_quietly(link, msg)
+            for link in self._legacy_links_of(session):
+                await _send_quietly(link, msg)
             return
         log.debug("server notification with no listener dropped", method=method)
+
+    def _legacy_links_of(self, session: UpstreamSession) -> list[ClientLink]:
+        """The legacy clients a session's notifications that name no call may
+        go to: those of the session's principal, never another's (sessions
+        are keyed by principal, DESIGN §5.1.1; a log line or a resource
+        update of one tenant's server session is not another's to see)."""
+        if session.key == MODERN_KEY:
+            # One modern session for every principal: only the clients with a
+            # call on it (a modern server logs per request, 2026-07-28).
+            return [link for link in session.owners() if link.session is not None]
+        principal = session.key.principal
+        return [
+            link for link in self.links if link.session is not None and link.principal == principal
+        ]
 
     async def _send_progress(self, route: ProgressRoute, msg: wire.Message) -> None:
         params = dict(msg.get("params") or {})
