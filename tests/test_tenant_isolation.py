@@ -65,3 +65,40 @@ async def test_a_principals_notifications_never_reach_another_principal(
             except anyio.WouldBlock:
                 break
     assert all("alice" not in str(m) for m in seen_by_bob), seen_by_bob
+
+
+async def test_a_server_request_never_goes_to_another_principals_lone_client() -> None:
+    """A server request with no call in progress goes to the one client it
+    can belong to: of the session's principal, never another's. Alice's
+    session outlives her link; bob, another principal and the only client
+    left, must not be asked for alice's session's roots (fails on main)."""
+    go, answered = anyio.Event(), anyio.Event()
+    answers: list[wire.Message] = []
+    instances: list[ScriptedServer] = []
+
+    async def at_start(server: ScriptedServer) -> None:
+        instances.append(server)
+        if len(instances) == 1:  # alice's session, the gateway's first
+            await go.wait()
+            answers.append(await server.ask("roots/list"))
+            answered.set()
+
+    async with gateway(legacy_server({}, on_initialized=at_start)) as alice:
+        send, inbox = anyio.create_memory_object_stream[wire.Message](math.inf)
+        bob_link = ClientLink.over_stream(send, transport="test", principal="bob")
+        await alice.initialize({"roots": {}})
+        alice.service.drop_link(alice.link)
+        alice.service.links.add(bob_link)
+        bob = Client(alice.service, bob_link, inbox, alice.requests, alice.upstream)
+        await bob.initialize({"roots": {}})
+        go.set()
+        with anyio.fail_after(5):
+            await answered.wait()
+        seen_by_bob: list[wire.Message] = []
+        while True:  # drains bob's inbox
+            try:
+                seen_by_bob.append(bob.inbox.receive_nowait())
+            except anyio.WouldBlock:
+                break
+    assert not any(m.get("method") == "roots/list" for m in seen_by_bob), seen_by_bob
+    assert "error" in answers[0], answers

@@ -697,10 +697,13 @@ class GatewayService:
     def _sole_owner(self, session: UpstreamSession) -> ClientLink | None:
         """The one client a server request can belong to, if there is one.
 
-        With no call in progress, a lone client is still unambiguous: a legacy
-        server may ask for roots right after initialized, as server-everything does.
+        With no call in progress, a lone client of the session's principal is
+        still unambiguous: a legacy server may ask for roots right after
+        initialized, as server-everything does. Never another principal's.
         """
-        owners = session.owners() or set(self.links)
+        owners: set[ClientLink] = session.owners()
+        if not owners and session.key != MODERN_KEY:
+            owners = {link for link in self.links if link.principal == session.key.principal}
         owner = next(iter(owners)) if len(owners) == 1 else None
         return owner if isinstance(owner, ClientLink) else None
 
