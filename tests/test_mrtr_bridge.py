@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from gateway import era, wire
+from gateway.core.mrtr_hold_events import Expiry
 from gateway.core.request_state import Claims, Sealer
 from gateway.runtime.client_link import ClientLink
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
@@ -269,7 +270,7 @@ async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
     still bounded: it is cancelled after WIND_DOWN, the refusal first and
     nothing for the call after the cancellation (the issue's "100 parked MRTR
     calls expiring at once" with a real SDK: test_real_peers_mrtr_expiry.py)."""
-    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
     seen = Recorder()
 
     async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
@@ -279,8 +280,7 @@ async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
     async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
         await start(c, "stubborn")
         (entry,) = c.service.bridge.held.values()
-        assert entry.watch is not None
-        entry.watch.cancel()  # the state_ttl timer fires
+        c.service.bridge.fire_timer(Expiry(entry.key))  # the state_ttl timer fires
         with anyio.fail_after(3):
             await entry.finished.wait()
         await seen.wait_for("notifications/cancelled")
@@ -356,7 +356,7 @@ async def test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refu
 ) -> None:
     """The -32021 paths bound the upstream call like an expiry does: refusal
     first, cancellation once WIND_DOWN has passed."""
-    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
     monkeypatch.setattr("gateway.runtime.upstream_session.WIND_DOWN", 0, raising=False)
 
     async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:

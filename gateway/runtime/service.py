@@ -24,9 +24,9 @@ from gateway.runtime.client_link import (
     ForwardedServerRequest,
     InflightCall,
 )
+from gateway.runtime.held_calls import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
-from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.session_listen import _Stream as SessionListenStream
 from gateway.runtime.upstream_pool import Connector, UpstreamPool
