@@ -247,15 +247,16 @@ class HoldTable:
     def _upstream_ended(self, hold: Hold, event: UpstreamEnded) -> list[Command]:
         hold.reply = event.reply
         handle = hold.call.handle
+        cmds: list[Command] = []
         if event.failed and event.reply is not None and handle is not None and self._parked(hold):
             # Nobody waits on it and it cannot be continued: free its slot now,
             # not when its state expires; its retry still hears why.
             self.failed[handle] = event.reply
             while len(self.failed) > self.settings.max_parked_calls:  # bounded like the slots
                 self.failed.popitem(last=False)
-            self._forget(hold)
+            cmds += self._forget(hold)
         hold.finished = True
-        cmds: list[Command] = [ReleaseSession(hold.key), Wake(hold.key)]
+        cmds += [ReleaseSession(hold.key), Wake(hold.key)]
         if hold.wind_down:
             hold.wind_down = False
             cmds.append(CancelTimer(WindDown(hold.key)))
