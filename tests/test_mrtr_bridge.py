@@ -242,10 +242,11 @@ async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
     produced; the server now hears only the refusal when that ends the call.
     """
     seen = Recorder()
-    async with gateway(legacy_server({"tools/call": ask_name}, log=seen), state_ttl=0.2) as c:
+    async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
         first = await start(c, "ask_name")
         assert c.service.bridge.held
         (entry,) = c.service.bridge.held.values()
+        c.service.bridge.fire_timer(Expiry(entry.key))  # the state_ttl timer fires
         refused = await seen.wait_until(lambda m: m.get("id") == "srv-1", timeout=3)
         assert refused["error"]["code"] == wire.INTERNAL_ERROR
         # The server ended the call itself on hearing no answer would come, so
@@ -309,28 +310,10 @@ async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
         }
         await c.send(wire.request(2, "tools/call", params))
         await seen.wait_for("notifications/initialized")
-        with anyio.fail_after(3):
-            while not any(m.get("id") == "srv-1" for m in seen):  # noqa: ASYNC110
-                await anyio.sleep(0.01)
+        await seen.wait_until(lambda m: m.get("id") == "srv-1")  # the answer went upstream
         await c.send(wire.notification("notifications/cancelled", {"requestId": 2}))
         await seen.wait_for("notifications/cancelled")
-        with anyio.fail_after(3):
-            while c.service.bridge.held:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-
-
-async def test_upstream_crash_while_parked_fails_the_retry_cleanly() -> None:
-    async def asks_then_dies(server: ScriptedServer, msg: wire.Message) -> None:
-        await server.emit(wire.request("srv-x", "elicitation/create", ELICIT))
-        await anyio.sleep(0.05)
-        server.die()
-
-    async with gateway(legacy_server({"tools/call": asks_then_dies})) as c:
-        first = await start(c, "die")
-        await anyio.sleep(0.2)
-        crashed = await retry(c, first, {"input-1": accept("Y")}, msg_id=2, name="die")
-        assert crashed["error"]["data"]["reason"] == "upstream-failed"
-        assert not c.service.bridge.held
+        assert not c.service.bridge.held  # closed before the wind-down began
 
 
 async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:

@@ -292,6 +292,8 @@ def test_a_cancelled_retry_closes_the_call() -> None:
 
 
 def test_a_parked_call_whose_server_died_frees_its_slot_and_its_retry_hears_why() -> None:
+    """The slot is free at once, not at state_ttl, and the retry gets the failure
+    with its own id (end to end: test_upstream_slots.py)."""
     t = table()
     playbook, state = parked(t, ASK_NAME)
     failure = wire.gateway_error(0, wire.INTERNAL_ERROR, "gone", reason="upstream-failed")
