@@ -626,3 +626,46 @@ def test_any_order_of_events_keeps_the_rules(data: Any) -> None:
         d.step(data)
     if not d.running and d.acquiring is None and d.awaiting is None and not d.t.parked:
         assert not d.t.calls
+
+
+def test_url_elicitation_required_becomes_input_required_and_never_reaches_the_client() -> None:
+    """2025-11-25's -32042 becomes URL elicitations whose state re-sends the call
+    (DESIGN §5.1.6); a client without URL elicitation gets -32021, since -32042
+    must never reach a modern client (2026-07-28 "Error Codes")."""
+    link = {"mode": "url", "elicitationId": "e-9", "url": "https://x/auth", "message": "Sign in"}
+    needs_url = wire.error_response(
+        0, wire.URL_ELICITATION_REQUIRED, "auth needed", {"elicitations": [link]}
+    )
+    for caps, answer in (
+        (ALL, None),
+        ({"elicitation": {}}, wire.MISSING_REQUIRED_CLIENT_CAPABILITY),
+    ):
+        t = table()
+        state = Placeholder(str)
+        url_params = {"mode": "url", "url": "https://x/auth", "message": "Sign in"}
+        expected = (
+            input_required(
+                1, {"url-1": {"method": "elicitation/create", "params": url_params}}, state.match
+            )
+            if answer is None
+            else wire.error_response(
+                1, answer, matching("URL"), {"requiredCapabilities": {"elicitation": {"url": {}}}}
+            )
+        )
+        assert (
+            Playbook(t)
+            >> CallArrived(1, 1, held(caps=caps))
+            << AcquireSession(1, 1)
+            >> SessionAcquired(1, 1)
+            << StartUpstream(1)
+            << AwaitOutcome(1, 1)
+            >> UpstreamEnded(1, needs_url)
+            << ReleaseSession(1)
+            << Wake(1)
+            >> gathered(1)
+            << ReplyToClient(expected)
+        )
+        if answer is None:
+            claims = opened(state)
+            assert claims.resend and claims.handle is None and claims.nonce == "nonce-1"
+        assert not t.calls

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from gateway import wire
 from gateway.core import mrtr_bridge as core
+from gateway.core import mrtr_hold_replies as replies
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
@@ -65,10 +66,6 @@ class HoldSettings:
 
 
 # -- the machine ----------------------------------------------------------------
-
-
-def _invalid(client_id: wire.RequestId, why: str) -> wire.Message:
-    return wire.error_response(client_id, wire.INVALID_PARAMS, f"Invalid params: {why}")
 
 
 @dataclass(eq=False, slots=True)
@@ -155,22 +152,14 @@ class HoldTable:
     def _unknown(self, event: Event) -> list[Command]:
         """An event for a call the table no longer has: it ended."""
         if isinstance(event, ServerAsked):
-            return [AnswerServer(event.key, _call_ended(event.request))]
+            ended = replies.no_client_answer(event.request["id"], "the call has ended")
+            return [AnswerServer(event.key, ended)]
         return []
 
     def _call_arrived(self, event: CallArrived) -> list[Command]:
         limit = self.settings.max_parked_calls
         if len(self.parked) >= limit:
-            return [
-                ReplyToClient(
-                    wire.gateway_error(
-                        event.client_id,
-                        wire.INTERNAL_ERROR,
-                        f"Too many calls waiting for client input (limit {limit})",
-                        reason="parked-limit",
-                    )
-                )
-            ]
+            return [ReplyToClient(replies.parked_limit(event.client_id, limit))]
         self.calls[event.key] = Hold(event.key, event.call)
         return [AcquireSession(event.key, event.client_id)]
 
@@ -183,22 +172,11 @@ class HoldTable:
     def _session_busy(self, hold: Hold, event: SessionBusy) -> list[Command]:
         if not hold.started:
             del self.calls[hold.key]
-            message = "The upstream session stayed busy with another call that needs client input"
-            return [
-                ReplyToClient(
-                    wire.gateway_error(
-                        event.client_id, wire.INTERNAL_ERROR, message, reason="session-busy"
-                    )
-                )
-            ]
+            return [ReplyToClient(replies.session_busy(event.client_id, retrying=False))]
         cmds = self._park(hold, event.now)
         hold.busy = False
         hold.retry = None
-        message = "The upstream session stayed busy; retry with the same requestState"
-        error = wire.gateway_error(
-            event.client_id, wire.INTERNAL_ERROR, message, reason="session-busy"
-        )
-        return [*cmds, ReplyToClient(error)]
+        return [*cmds, ReplyToClient(replies.session_busy(event.client_id, retrying=True))]
 
     # -- server requests during the call ---------------------------------------
     def _server_asked(self, hold: Hold, event: ServerAsked) -> list[Command]:
@@ -209,14 +187,13 @@ class HoldTable:
             # cancelled upstream the reply is left out: the server drops the
             # request with the call, and a reply racing that teardown is what
             # breaks it.
-            return [] if hold.cancel_sent else [AnswerServer(hold.key, _call_ended(msg))]
+            ended = replies.no_client_answer(msg["id"], "the call has ended")
+            return [] if hold.cancel_sent else [AnswerServer(hold.key, ended)]
         limit = self.settings.max_asks
         if len(hold.call.asks) >= limit:
             # One input_required carries them all: a server that asks without
             # end must not grow it without end.
-            message = f"Too many requests for client input at once (limit {limit})"
-            error = wire.error_response(msg["id"], wire.INTERNAL_ERROR, message)
-            return [AnswerServer(hold.key, error)]
+            return [AnswerServer(hold.key, replies.too_many_asks(msg["id"], limit))]
         outcome = hold.call.add_ask(msg)
         if isinstance(outcome, core.Prefilled):
             return [AnswerServer(hold.key, wire.result_response(msg["id"], outcome.result))]
@@ -276,7 +253,7 @@ class HoldTable:
         if hold.finished:
             cmds = self._forget(hold)
             self._settle(hold)
-            return [*cmds, self._final(hold, event.client_id)]
+            return [*cmds, self._final(hold, event)]
         try:
             result = hold.call.input_required(
                 self.sealer,
@@ -285,9 +262,7 @@ class HoldTable:
                 nonce=event.nonce,
             )
         except core.TooManyRounds as exc:
-            error = wire.gateway_error(
-                event.client_id, wire.INTERNAL_ERROR, str(exc), reason="mrtr-rounds"
-            )
+            error = replies.too_many_rounds(event.client_id, str(exc))
             return [*self._close(hold, str(exc), event.now), ReplyToClient(error)]
         self.rounds += 1
         if hold.call.replay:
@@ -306,16 +281,23 @@ class HoldTable:
             ReplyToClient(wire.result_response(event.client_id, result)),
         ]
 
-    def _final(self, hold: Hold, client_id: wire.RequestId) -> Command:
+    def _final(self, hold: Hold, event: InputGathered) -> Command:
+        client_id = event.client_id
         if hold.missing is not None:
             return ReplyToClient(hold.missing.error(client_id))
         if hold.reply is None:
+            return ReplyToClient(replies.upstream_cancelled(client_id))
+        error = hold.reply.get("error")
+        if isinstance(error, dict) and error.get("code") == wire.URL_ELICITATION_REQUIRED:
+            expires_ms = event.now_ms + int(self.settings.state_ttl * 1000)
             return ReplyToClient(
-                wire.gateway_error(
+                replies.url_elicitation_required(
                     client_id,
-                    wire.INTERNAL_ERROR,
-                    "The upstream call was cancelled",
-                    reason="upstream-cancelled",
+                    error,
+                    hold.call,
+                    self.sealer,
+                    expires_ms=expires_ms,
+                    nonce=event.nonce,
                 )
             )
         return ShapeReply(hold.key, client_id, hold.reply)
@@ -324,12 +306,7 @@ class HoldTable:
         cmds = self._close(hold, "no result and no input request within request_timeout", event.now)
         hold.waiting = hold.busy = False
         self._settle(hold)
-        error = wire.gateway_error(
-            event.client_id,
-            wire.INTERNAL_ERROR,
-            f"Upstream did not answer within {self.settings.request_timeout:g}s",
-            reason="upstream-timeout",
-        )
+        error = replies.upstream_timeout(event.client_id, self.settings.request_timeout)
         return [*cmds, ReplyToClient(error)]
 
     def _client_gone(self, hold: Hold, event: ClientGone) -> list[Command]:
@@ -359,10 +336,10 @@ class HoldTable:
                 "the call this requestState continues is gone "
                 "(finished, expired, or parked on another gateway instance)"
             )
-            return [ReplyToClient(_invalid(event.client_id, gone))]
+            return [ReplyToClient(replies.invalid(event.client_id, gone))]
         if hold.busy:
             why = "a retry of this request is already in progress"
-            return [ReplyToClient(_invalid(event.client_id, why))]
+            return [ReplyToClient(replies.invalid(event.client_id, why))]
         hold.busy = True
         cmds: list[Command] = [CancelTimer(Expiry(hold.key))]
         try:
@@ -375,7 +352,7 @@ class HoldTable:
                 *cmds,
                 Log("retry rejected", fields={"why": str(exc)}),
                 *self._park(hold, event.now),  # the call stays parked for a correct retry
-                ReplyToClient(_invalid(event.client_id, str(exc))),
+                ReplyToClient(replies.invalid(event.client_id, str(exc))),
             ]
         hold.retry = (event.claims, event.input_responses)
         if hold.finished:
@@ -478,14 +455,5 @@ class HoldTable:
         hold.call.asks.clear()
         if not asks:
             return []
-        replies = tuple(
-            wire.error_response(a.upstream_id, wire.INTERNAL_ERROR, f"No client answer: {reason}")
-            for a in asks
-        )
-        return [RefuseServerAsks(hold.key, replies)]
-
-
-def _call_ended(request: wire.Message) -> wire.Message:
-    return wire.error_response(
-        request["id"], wire.INTERNAL_ERROR, "No client answer: the call has ended"
-    )
+        refusals = tuple(replies.no_client_answer(a.upstream_id, reason) for a in asks)
+        return [RefuseServerAsks(hold.key, refusals)]

@@ -232,7 +232,7 @@ class MrtrBridge:
         elif isinstance(cmd, hold.AwaitOutcome):
             return await self._await_outcome(entry, cmd.client_id)
         elif isinstance(cmd, hold.ShapeReply):
-            return self._final(entry, cmd.client_id, cmd.reply)
+            return self._shape(entry.decision, cmd.reply, cmd.client_id, entry.session)
         else:
             raise TypeError(f"not a command of the hold machine: {cmd!r}")
         return None
@@ -356,52 +356,6 @@ class MrtrBridge:
         while count != self.table.pending_asks(key) and not self.table.finished(key):
             count = self.table.pending_asks(key)
             await anyio.sleep(window)
-
-    def _final(self, entry: HeldEntry, msg_id: wire.RequestId, reply: wire.Message) -> wire.Message:
-        error = reply.get("error")
-        if isinstance(error, dict) and error.get("code") == wire.URL_ELICITATION_REQUIRED:
-            return self._url_elicitation_required(msg_id, entry, error)
-        return self._shape(entry.decision, reply, msg_id, entry.session)
-
-    def _url_elicitation_required(
-        self, msg_id: wire.RequestId, entry: HeldEntry, error: dict[str, Any]
-    ) -> wire.Message:
-        """2025-11-25's -32042 becomes an input_required with URL elicitations;
-        the retry re-sends the original call (DESIGN §5.1.6)."""
-        items = core.url_elicitations(error)
-        caps = entry.decision.client_capabilities
-        if items is None or not core.client_supports(caps, "elicitation/create", {"mode": "url"}):
-            # -32042 must never reach a modern client (2026-07-28 "Error Codes").
-            return wire.error_response(
-                msg_id,
-                wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "The server needs a URL elicitation, which the client did not declare",
-                {"requiredCapabilities": {"elicitation": {"url": {}}}},
-            )
-        token = self.sealer.seal(
-            core.Claims(
-                instance=self.sealer.instance,
-                principal=entry.call.principal,
-                method=entry.call.method,
-                digest=entry.call.digest,
-                round=1,
-                expires_ms=_now_ms() + int(self.config.state_ttl * 1000),
-                resend=True,
-                nonce=secrets.token_urlsafe(12),
-            )
-        )
-        inputs = {
-            f"url-{i}": {"method": "elicitation/create", "params": p}
-            for i, p in enumerate(items, start=1)
-        }
-        return wire.result_response(
-            msg_id,
-            {
-                "resultType": "input_required",
-                "inputRequests": inputs,
-                "requestState": token,
-            },
-        )
 
     # -- server requests during a bridged call ------------------------------------
     async def on_server_request(self, entry: HeldEntry, msg: wire.Message) -> None:
