@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from gateway import era, wire
-from gateway.core.mrtr_hold_events import Expiry
+from gateway.core.mrtr_hold_events import Expiry, OutcomeDue
 from gateway.core.request_state import Claims, Sealer
 from gateway.runtime.client_link import ClientLink
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
@@ -290,6 +290,32 @@ async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
     assert order.index("srv-1") < order.index("notifications/cancelled")
     assert order.count("srv-1") == 1
     assert order[order.index("notifications/cancelled") + 1 :] == ["tools/list"]
+
+
+async def test_a_bridged_call_with_no_outcome_ends_at_request_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """request_timeout bounds the wait for a result or an input request (the
+    OutcomeDue timer, fired here by the test): the client hears a clear
+    upstream-timeout error with its own id, and the call is cancelled upstream
+    once the wind-down has passed."""
+    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
+    seen = Recorder()
+
+    async def silent(server: ScriptedServer, msg: wire.Message) -> None:
+        await anyio.sleep_forever()
+
+    async with gateway(legacy_server({"tools/call": silent}, log=seen)) as c:
+        params = {"name": "silent", "arguments": {}, "_meta": meta()}
+        await c.send(wire.request(7, "tools/call", params))
+        await seen.wait_for("tools/call")
+        (key,) = c.service.bridge.entries
+        c.service.bridge.fire_timer(OutcomeDue(key))
+        reply = await c.next()
+        await seen.wait_for("notifications/cancelled")
+    assert reply["id"] == 7
+    assert reply["error"]["data"]["reason"] == "upstream-timeout"
+    assert reply["error"]["message"].startswith("Upstream did not answer within")
 
 
 async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:

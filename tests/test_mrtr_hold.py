@@ -23,6 +23,7 @@ from gateway.core.mrtr_hold_events import (
     ClientGone,
     Expiry,
     InputGathered,
+    OutcomeDue,
     RefuseServerAsks,
     ReleaseSession,
     ReplyToClient,
@@ -44,6 +45,7 @@ from tests.playbook import Placeholder, Playbook, later, matching
 SEALER = Sealer(b"s" * 32, "gw")
 TTL = 60.0
 WIND = 1.0
+RT = 30.0  # request_timeout
 NOW_MS = 1_000_000
 ALL: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 ELICIT = {"message": "name?", "requestedSchema": {}}
@@ -105,10 +107,11 @@ def parked(t: HoldTable, *requests: wire.Message) -> tuple[Playbook, Placeholder
     """A call that asked for `requests` and is parked for its client's retry."""
     state = Placeholder(str)
     playbook = Playbook(t) >> CallArrived(1, 1, held()) << AcquireSession(1, 1)
-    playbook >> SessionAcquired(1, 1) << StartUpstream(1) << AwaitOutcome(1, 1)
+    playbook >> SessionAcquired(1, 1, 2.0) << StartUpstream(1)
+    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, 1)
     for request in requests:
         playbook >> ServerAsked(1, request, 5.0) << Wake(1)
-    playbook >> gathered(1)
+    playbook >> gathered(1) << CancelTimer(OutcomeDue(1))
     playbook << ReleaseSession(1) << StartTimer(Expiry(1), 10.0 + TTL)
     playbook << ReplyToClient(input_required(1, asked(*requests), state.match))
     assert playbook
@@ -132,13 +135,15 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
         >> retry(2, state, {"input-1": accept("Ada")})
         << CancelTimer(Expiry(1))
         << AcquireSession(1, 2)
-        >> SessionAcquired(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
         << AnswerServer(1, wire.result_response("srv-1", accept("Ada")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
         >> UpstreamEnded(1, RESULT)
         << ReleaseSession(1)
         << Wake(1)
         >> gathered(2)
+        << CancelTimer(OutcomeDue(1))
         << CancelTimer(Expiry(1))
         << ShapeReply(1, 2, RESULT)
     )
@@ -160,9 +165,11 @@ def test_missing_answers_are_asked_again_and_rounds_count() -> None:
         >> retry(2, state, {"bogus": {"x": 1}})
         << CancelTimer(Expiry(1))
         << AcquireSession(1, 2)
-        >> SessionAcquired(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
         >> gathered(2, now=30.0)
+        << CancelTimer(OutcomeDue(1))
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 30.0 + TTL)
         << ReplyToClient(input_required(2, asked(ASK_NAME), again.match))
@@ -211,10 +218,12 @@ def test_a_state_already_used_is_rejected() -> None:
         >> retry(2, state, {"input-1": accept("Cy")})
         << CancelTimer(Expiry(1))
         << AcquireSession(1, 2)
-        >> SessionAcquired(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
         << AnswerServer(1, wire.result_response("srv-1", accept("Cy")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
         >> gathered(2, now=30.0)
+        << CancelTimer(OutcomeDue(1))
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 30.0 + TTL)
         << ReplyToClient(
@@ -283,10 +292,12 @@ def test_a_cancelled_retry_closes_the_call() -> None:
         >> retry(2, state, {"input-1": accept("Q")})
         << CancelTimer(Expiry(1))
         << AcquireSession(1, 2)
-        >> SessionAcquired(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
         << AnswerServer(1, wire.result_response("srv-1", accept("Q")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
         >> ClientGone(1, "the retry was cancelled", 25.0)
+        << CancelTimer(OutcomeDue(1))
         << CancelTimer(Expiry(1))
         << StartTimer(WindDown(1), 25.0 + WIND)
         >> TimerFired(WindDown(1), 26.0)
@@ -327,8 +338,9 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
         Playbook(t)
         >> CallArrived(1, 7, held(caps={"sampling": {}}))
         << AcquireSession(1, 7)
-        >> SessionAcquired(1, 7)
+        >> SessionAcquired(1, 7, 2.0)
         << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 7)
         >> ServerAsked(1, ASK_NAME, 5.0)
         << AnswerServer(
@@ -340,6 +352,7 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
         << Wake(1)
         << CancelTimer(WindDown(1))
         >> gathered(7)
+        << CancelTimer(OutcomeDue(1))
         << ReplyToClient(
             wire.error_response(
                 7, wire.MISSING_REQUIRED_CLIENT_CAPABILITY, matching("capability"), needed
@@ -364,8 +377,9 @@ def test_limits_parked_calls_rounds_and_asks() -> None:
         Playbook(t)
         >> CallArrived(1, 1, held(rounds=1))
         << AcquireSession(1, 1)
-        >> SessionAcquired(1, 1)
+        >> SessionAcquired(1, 1, 2.0)
         << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 1)
         >> ServerAsked(1, ASK_NAME, 5.0)
         << Wake(1)
@@ -380,6 +394,7 @@ def test_limits_parked_calls_rounds_and_asks() -> None:
     assert (
         Playbook(t)
         >> gathered(1, now=8.0)
+        << CancelTimer(OutcomeDue(1))
         << RefuseServerAsks(
             1, (wire.error_response("srv-2", wire.INTERNAL_ERROR, matching("more than 1")),)
         )
@@ -422,10 +437,15 @@ def test_busy_sessions_and_silent_servers() -> None:
         >> retry(3, state, {"input-1": accept("B")})
         << CancelTimer(Expiry(1))
         << AcquireSession(1, 3)
-        >> SessionAcquired(1, 3)
+        >> SessionAcquired(1, 3, 2.0)
         << AnswerServer(1, wire.result_response("srv-1", accept("B")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 3)
+        >> TimerFired(OutcomeDue(1), 2.0 + RT)  # request_timeout: the waiter is woken
+        << Wake(1)
+        >> TimerFired(OutcomeDue(1), 2.0 + RT)  # fired once only
         >> WaitTimedOut(1, 3, 90.0)
+        << CancelTimer(OutcomeDue(1))
         << CancelTimer(Expiry(1))
         << StartTimer(WindDown(1), 90.0 + WIND)
         << ReplyToClient(
@@ -448,12 +468,14 @@ def test_replay_mode_parks_nothing() -> None:
         Playbook(t, logs=True)
         >> CallArrived(1, 1, held(replay=True))
         << AcquireSession(1, 1)
-        >> SessionAcquired(1, 1)
+        >> SessionAcquired(1, 1, 2.0)
         << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 1)
         >> ServerAsked(1, ASK_NAME, 5.0)
         << Wake(1)
         >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
         << Log(
             "bridged call closed", fields={"reason": "replay mode: re-run on retry", "handle": None}
         )
@@ -479,12 +501,14 @@ def test_log_lines_of_a_hold_round() -> None:
         Playbook(t, logs=True)
         >> CallArrived(1, 1, held())
         << AcquireSession(1, 1)
-        >> SessionAcquired(1, 1)
+        >> SessionAcquired(1, 1, 2.0)
         << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 1)
         >> ServerAsked(1, ASK_NAME, 5.0)
         << Wake(1)
         >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 10.0 + TTL)
         << Log(
@@ -552,7 +576,7 @@ class Driver:
             assert self.running and not self.cancelled
             self.cancelled = True
         elif isinstance(cmd, StartTimer):
-            assert isinstance(cmd.timer, Expiry | WindDown)
+            assert isinstance(cmd.timer, Expiry | WindDown | OutcomeDue)
             self.timers.add(cmd.timer)
         elif isinstance(cmd, CancelTimer):
             self.timers.discard(cmd.timer)
@@ -562,7 +586,8 @@ class Driver:
         if self.acquiring is not None:
             choices += ["acquired", "busy", "gone"]
         if self.awaiting is not None:
-            choices += ["timed_out", "gone"] + (["gathered"] if self.t.ready(1) else [])
+            choices += ["gone"] + (["gathered"] if self.t.ready(1) else [])
+            choices += ["timed_out"] if self.t.overdue(1) else []
         if self.running:
             choices += ["ask", "ask", "server_cancel", "ends"]
         choices += ["timer"] if self.timers else []
@@ -571,7 +596,7 @@ class Driver:
         choice = data.draw(st.sampled_from(choices))
         client = self.acquiring or self.awaiting or 0  # client ids start at 1
         if choice == "acquired":
-            self.feed(SessionAcquired(1, client))
+            self.feed(SessionAcquired(1, client, self.now))
         elif choice == "busy":
             self.feed(SessionBusy(1, client, self.now))
         elif choice == "gone":
@@ -656,13 +681,15 @@ def test_url_elicitation_required_becomes_input_required_and_never_reaches_the_c
             Playbook(t)
             >> CallArrived(1, 1, held(caps=caps))
             << AcquireSession(1, 1)
-            >> SessionAcquired(1, 1)
+            >> SessionAcquired(1, 1, 2.0)
             << StartUpstream(1)
+            << StartTimer(OutcomeDue(1), 2.0 + RT)
             << AwaitOutcome(1, 1)
             >> UpstreamEnded(1, needs_url)
             << ReleaseSession(1)
             << Wake(1)
             >> gathered(1)
+            << CancelTimer(OutcomeDue(1))
             << ReplyToClient(expected)
         )
         if answer is None:

@@ -35,6 +35,7 @@ from gateway.core.mrtr_hold_events import (
     ClientGone,
     Expiry,
     InputGathered,
+    OutcomeDue,
     RefuseServerAsks,
     ReleaseSession,
     ReplyToClient,
@@ -81,6 +82,7 @@ class Hold:
     finished: bool = False  # the upstream call returned
     cancel_sent: bool = False
     wind_down: bool = False  # the WindDown timer runs
+    overdue: bool = False  # the waiting client request's OutcomeDue timer fired
     missing: core.MissingCapability | None = None
     reply: wire.Message | None = None
     retry: tuple[Claims, object] | None = None
@@ -109,6 +111,11 @@ class HoldTable:
     def pending_asks(self, key: CallKey) -> int:
         hold = self.calls.get(key)
         return len(hold.call.asks) if hold is not None else 0
+
+    def overdue(self, key: CallKey) -> bool:
+        """The waiting client request has waited request_timeout."""
+        hold = self.calls.get(key)
+        return hold is not None and hold.overdue
 
     def finished(self, key: CallKey) -> bool:
         hold = self.calls.get(key)
@@ -165,9 +172,9 @@ class HoldTable:
 
     def _session_acquired(self, hold: Hold, event: SessionAcquired) -> list[Command]:
         if not hold.started:
-            hold.started = hold.waiting = True
-            return [StartUpstream(hold.key), AwaitOutcome(hold.key, event.client_id)]
-        return self._continue(hold, event.client_id)
+            hold.started = True
+            return [StartUpstream(hold.key), *self._await(hold, event.client_id, event.now)]
+        return self._continue(hold, event.client_id, event.now)
 
     def _session_busy(self, hold: Hold, event: SessionBusy) -> list[Command]:
         if not hold.started:
@@ -248,12 +255,12 @@ class HoldTable:
 
     # -- answering the waiting client -----------------------------------------
     def _input_gathered(self, hold: Hold, event: InputGathered) -> list[Command]:
-        hold.waiting = False
+        stopped = self._stop_waiting(hold)
         hold.busy = False
         if hold.finished:
             cmds = self._forget(hold)
             self._settle(hold)
-            return [*cmds, self._final(hold, event)]
+            return [*stopped, *cmds, self._final(hold, event)]
         try:
             result = hold.call.input_required(
                 self.sealer,
@@ -263,7 +270,7 @@ class HoldTable:
             )
         except core.TooManyRounds as exc:
             error = replies.too_many_rounds(event.client_id, str(exc))
-            return [*self._close(hold, str(exc), event.now), ReplyToClient(error)]
+            return [*stopped, *self._close(hold, str(exc), event.now), ReplyToClient(error)]
         self.rounds += 1
         if hold.call.replay:
             # Replay mode keeps nothing: stop the run; the retry starts it afresh.
@@ -276,6 +283,7 @@ class HoldTable:
             "mode": "replay" if hold.call.replay else "hold",
         }
         return [
+            *stopped,
             *cmds,
             Log("asking the client for input", fields=fields),
             ReplyToClient(wire.result_response(event.client_id, result)),
@@ -303,8 +311,10 @@ class HoldTable:
         return ShapeReply(hold.key, client_id, hold.reply)
 
     def _wait_timed_out(self, hold: Hold, event: WaitTimedOut) -> list[Command]:
+        stopped = self._stop_waiting(hold)
         cmds = self._close(hold, "no result and no input request within request_timeout", event.now)
-        hold.waiting = hold.busy = False
+        cmds = [*stopped, *cmds]
+        hold.busy = False
         self._settle(hold)
         error = replies.upstream_timeout(event.client_id, self.settings.request_timeout)
         return [*cmds, ReplyToClient(error)]
@@ -316,8 +326,8 @@ class HoldTable:
             return []
         # The call's work stops, and the session it holds is free again
         # (2026-07-28 "Cancellation").
-        cmds = self._close(hold, event.reason, event.now)
-        hold.waiting = hold.busy = False
+        cmds = [*self._stop_waiting(hold), *self._close(hold, event.reason, event.now)]
+        hold.busy = False
         hold.retry = None
         self._settle(hold)
         return cmds
@@ -356,27 +366,42 @@ class HoldTable:
             ]
         hold.retry = (event.claims, event.input_responses)
         if hold.finished:
-            return [*cmds, *self._continue(hold, event.client_id)]
+            return [*cmds, *self._continue(hold, event.client_id, event.now)]
         return [*cmds, AcquireSession(hold.key, event.client_id)]
 
-    def _continue(self, hold: Hold, client_id: wire.RequestId) -> list[Command]:
+    def _continue(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
         assert hold.retry is not None
         claims, responses = hold.retry
         hold.retry = None
         outcome = hold.call.accept_retry(claims, responses)
-        hold.waiting = True
         cmds: list[Command] = [
             AnswerServer(hold.key, wire.result_response(ask.upstream_id, result))
             for ask, result in outcome.answers
         ]
-        return [*cmds, AwaitOutcome(hold.key, client_id)]
+        return [*cmds, *self._await(hold, client_id, now)]
+
+    def _await(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
+        hold.waiting = True
+        due = StartTimer(OutcomeDue(hold.key), now + self.settings.request_timeout)
+        return [due, AwaitOutcome(hold.key, client_id)]
+
+    def _stop_waiting(self, hold: Hold) -> list[Command]:
+        was_waiting = hold.waiting
+        hold.waiting = hold.overdue = False
+        return [CancelTimer(OutcomeDue(hold.key))] if was_waiting else []
 
     # -- parking, expiry, closing -----------------------------------------------
     def _timer_fired(self, event: TimerFired) -> list[Command]:
         timer = event.timer
-        hold = self.calls.get(timer.key) if isinstance(timer, Expiry | WindDown) else None
+        timers = Expiry | WindDown | OutcomeDue
+        hold = self.calls.get(timer.key) if isinstance(timer, timers) else None
         if hold is None:
             return []
+        if isinstance(timer, OutcomeDue):
+            if not hold.waiting or hold.overdue:
+                return []
+            hold.overdue = True
+            return [Wake(hold.key)]
         if isinstance(timer, Expiry):
             if not self._parked(hold):
                 return []  # retried or forgotten while the timer fired

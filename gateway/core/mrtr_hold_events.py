@@ -24,6 +24,14 @@ class Expiry:
 
 
 @dataclass(frozen=True, slots=True)
+class OutcomeDue:
+    """request_timeout for the waiting client request: the call must have
+    ended or asked for input by then."""
+
+    key: CallKey
+
+
+@dataclass(frozen=True, slots=True)
 class WindDown:
     """A closed call's grace before it is cancelled upstream."""
 
@@ -56,6 +64,7 @@ class RetryArrived(Event):
 class SessionAcquired(Event):
     key: CallKey
     client_id: wire.RequestId
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +115,8 @@ class InputGathered(Event):
 
 @dataclass(frozen=True, slots=True)
 class WaitTimedOut(Event):
-    """Neither a result nor an input request within request_timeout."""
+    """The waiting client request found its OutcomeDue timer fired: neither a
+    result nor an input request within request_timeout."""
 
     key: CallKey
     client_id: wire.RequestId
@@ -191,8 +201,8 @@ class Wake(Command):
 
 @dataclass(frozen=True, slots=True)
 class AwaitOutcome(Command):
-    """Wait (bounded by request_timeout) for the call's input requests or its
-    end, then report InputGathered or WaitTimedOut."""
+    """Wait for the call's input requests, its end, or its OutcomeDue timer
+    (the table's `ready` / `overdue`), then report InputGathered or WaitTimedOut."""
 
     key: CallKey
     client_id: wire.RequestId

@@ -57,7 +57,7 @@ REPLAY_STATES_REMEMBERED = 100_000
 
 ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float], Awaitable[wire.Message]]
 ShapeFn = Callable[[Forward, wire.Message, wire.RequestId, UpstreamSession], wire.Message]
-Timer = hold.Expiry | hold.WindDown
+Timer = hold.Expiry | hold.WindDown | hold.OutcomeDue
 
 
 @dataclass(eq=False)
@@ -239,7 +239,7 @@ class MrtrBridge:
 
     def _start_timer(self, cmd: StartTimer) -> None:
         timer = cmd.timer
-        assert isinstance(timer, hold.Expiry | hold.WindDown)
+        assert isinstance(timer, hold.Expiry | hold.WindDown | hold.OutcomeDue)
         scope = self._timers.get(timer)
         if scope is not None:
             scope.deadline = cmd.deadline
@@ -271,7 +271,8 @@ class MrtrBridge:
             return await self._step(
                 entry, hold.SessionBusy(entry.key, client_id, anyio.current_time())
             )
-        return await self._step(entry, hold.SessionAcquired(entry.key, client_id))
+        acquired = hold.SessionAcquired(entry.key, client_id, anyio.current_time())
+        return await self._step(entry, acquired)
 
     async def _refuse(self, entry: HeldEntry, replies: tuple[wire.Message, ...]) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
@@ -322,16 +323,15 @@ class MrtrBridge:
     async def _await_outcome(
         self, entry: HeldEntry, client_id: wire.RequestId
     ) -> wire.Message | None:
-        """Wait for the call's result or its next input requests."""
+        """Wait for the call's result or its next input requests, or for its
+        OutcomeDue timer."""
         key = entry.key
-        try:
-            with anyio.fail_after(self.config.request_timeout):
-                while not self.table.ready(key):  # each pass waits for a Wake
-                    await entry.changed.wait()
-                    entry.changed = anyio.Event()
-                if not self.table.finished(key):
-                    await self._gather_more(key)
-        except TimeoutError:
+        while not self.table.ready(key) and not self.table.overdue(key):  # each pass waits
+            await entry.changed.wait()  # for a Wake: an ask, the end, or the timer
+            entry.changed = anyio.Event()
+        if not self.table.finished(key) and not self.table.overdue(key):
+            await self._gather_more(key)
+        if self.table.overdue(key):
             return await self._step(entry, hold.WaitTimedOut(key, client_id, anyio.current_time()))
         gathered = hold.InputGathered(
             key, client_id, anyio.current_time(), _now_ms(), secrets.token_urlsafe(12)
@@ -353,7 +353,11 @@ class MrtrBridge:
         if window <= 0:
             return
         count = -1
-        while count != self.table.pending_asks(key) and not self.table.finished(key):
+        while (
+            count != self.table.pending_asks(key)
+            and not self.table.finished(key)
+            and not self.table.overdue(key)
+        ):
             count = self.table.pending_asks(key)
             await anyio.sleep(window)
 
