@@ -22,6 +22,7 @@ from gateway.core.mrtr_hold_events import (
     CancelUpstream,
     ClientGone,
     Expiry,
+    GiveUpSession,
     InputGathered,
     OutcomeDue,
     RefuseServerAsks,
@@ -32,6 +33,7 @@ from gateway.core.mrtr_hold_events import (
     ServerCancelledAsk,
     SessionAcquired,
     SessionBusy,
+    SessionDue,
     ShapeReply,
     StartUpstream,
     UpstreamEnded,
@@ -106,8 +108,9 @@ def retry(client_id: int, state: Placeholder[str], responses: object) -> RetryAr
 def parked(t: HoldTable, *requests: wire.Message) -> tuple[Playbook, Placeholder[str]]:
     """A call that asked for `requests` and is parked for its client's retry."""
     state = Placeholder(str)
-    playbook = Playbook(t) >> CallArrived(1, 1, held()) << AcquireSession(1, 1)
-    playbook >> SessionAcquired(1, 1, 2.0) << StartUpstream(1)
+    playbook = Playbook(t) >> CallArrived(1, 1, held(), 0.0)
+    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, 1)
+    playbook >> SessionAcquired(1, 1, 2.0) << CancelTimer(SessionDue(1)) << StartUpstream(1)
     playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, 1)
     for request in requests:
         playbook >> ServerAsked(1, request, 5.0) << Wake(1)
@@ -134,8 +137,10 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
         playbook
         >> retry(2, state, {"input-1": accept("Ada")})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 2)
         >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
         << AnswerServer(1, wire.result_response("srv-1", accept("Ada")))
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
@@ -164,8 +169,10 @@ def test_missing_answers_are_asked_again_and_rounds_count() -> None:
         playbook
         >> retry(2, state, {"bogus": {"x": 1}})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 2)
         >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
         >> gathered(2, now=30.0)
@@ -200,6 +207,7 @@ def test_bad_retries_are_rejected_and_leave_the_call_parked() -> None:
         playbook
         >> retry(4, state, {"input-1": accept("Di")})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 4)
     )
     # A second retry while this one waits for the session.
@@ -217,8 +225,10 @@ def test_a_state_already_used_is_rejected() -> None:
         playbook
         >> retry(2, state, {"input-1": accept("Cy")})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 2)
         >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
         << AnswerServer(1, wire.result_response("srv-1", accept("Cy")))
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
@@ -291,8 +301,10 @@ def test_a_cancelled_retry_closes_the_call() -> None:
         playbook
         >> retry(2, state, {"input-1": accept("Q")})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 2)
         >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
         << AnswerServer(1, wire.result_response("srv-1", accept("Q")))
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 2)
@@ -336,9 +348,11 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
     needed: dict[str, Any] = {"requiredCapabilities": {"elicitation": {"form": {}}}}
     assert (
         Playbook(t)
-        >> CallArrived(1, 7, held(caps={"sampling": {}}))
+        >> CallArrived(1, 7, held(caps={"sampling": {}}), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
         << AcquireSession(1, 7)
         >> SessionAcquired(1, 7, 2.0)
+        << CancelTimer(SessionDue(1))
         << StartUpstream(1)
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 7)
@@ -367,7 +381,7 @@ def test_limits_parked_calls_rounds_and_asks() -> None:
     playbook, _ = parked(t, ASK_NAME)
     assert (
         playbook
-        >> CallArrived(2, 9, held())
+        >> CallArrived(2, 9, held(), 0.0)
         << ReplyToClient(
             wire.gateway_error(9, wire.INTERNAL_ERROR, matching("limit 1"), reason="parked-limit")
         )
@@ -375,9 +389,11 @@ def test_limits_parked_calls_rounds_and_asks() -> None:
     t = table(max_asks=1)
     assert (
         Playbook(t)
-        >> CallArrived(1, 1, held(rounds=1))
+        >> CallArrived(1, 1, held(rounds=1), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
         << AcquireSession(1, 1)
         >> SessionAcquired(1, 1, 2.0)
+        << CancelTimer(SessionDue(1))
         << StartUpstream(1)
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 1)
@@ -411,8 +427,11 @@ def test_busy_sessions_and_silent_servers() -> None:
     t = table()
     assert (
         Playbook(t)
-        >> CallArrived(1, 1, held())
+        >> CallArrived(1, 1, held(), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
         << AcquireSession(1, 1)
+        >> TimerFired(SessionDue(1), 3.0)
+        << GiveUpSession(1)
         >> SessionBusy(1, 1, 3.0)
         << ReplyToClient(
             wire.gateway_error(1, wire.INTERNAL_ERROR, matching("busy"), reason="session-busy")
@@ -425,7 +444,10 @@ def test_busy_sessions_and_silent_servers() -> None:
         playbook
         >> retry(2, state, {"input-1": accept("B")})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 2)
+        >> TimerFired(SessionDue(1), 50.0)
+        << GiveUpSession(1)
         >> SessionBusy(1, 2, 50.0)
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 50.0 + TTL)
@@ -436,8 +458,10 @@ def test_busy_sessions_and_silent_servers() -> None:
         )
         >> retry(3, state, {"input-1": accept("B")})
         << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
         << AcquireSession(1, 3)
         >> SessionAcquired(1, 3, 2.0)
+        << CancelTimer(SessionDue(1))
         << AnswerServer(1, wire.result_response("srv-1", accept("B")))
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 3)
@@ -466,9 +490,11 @@ def test_replay_mode_parks_nothing() -> None:
     key = core.replay_key("elicitation/create", ELICIT)
     assert (
         Playbook(t, logs=True)
-        >> CallArrived(1, 1, held(replay=True))
+        >> CallArrived(1, 1, held(replay=True), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
         << AcquireSession(1, 1)
         >> SessionAcquired(1, 1, 2.0)
+        << CancelTimer(SessionDue(1))
         << StartUpstream(1)
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 1)
@@ -499,9 +525,11 @@ def test_log_lines_of_a_hold_round() -> None:
     state = Placeholder(str)
     assert (
         Playbook(t, logs=True)
-        >> CallArrived(1, 1, held())
+        >> CallArrived(1, 1, held(), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
         << AcquireSession(1, 1)
         >> SessionAcquired(1, 1, 2.0)
+        << CancelTimer(SessionDue(1))
         << StartUpstream(1)
         << StartTimer(OutcomeDue(1), 2.0 + RT)
         << AwaitOutcome(1, 1)
@@ -536,6 +564,7 @@ class Driver:
         self.state: str | None = None
         self.acquiring: int | None = None  # client id waiting for the session
         self.awaiting: int | None = None  # client id waiting for the outcome
+        self.gave_up = False  # the session wait was given up (SessionDue fired)
         self.answered: set[int] = set()
         self.running = False
         self.cancelled = False
@@ -563,7 +592,10 @@ class Driver:
             self.state = state if isinstance(state, str) else self.state
         elif isinstance(cmd, AcquireSession):
             assert isinstance(cmd.client_id, int)
-            self.acquiring = cmd.client_id
+            self.acquiring, self.gave_up = cmd.client_id, False
+        elif isinstance(cmd, GiveUpSession):
+            assert self.acquiring is not None
+            self.gave_up = True
         elif isinstance(cmd, AwaitOutcome):
             assert isinstance(cmd.client_id, int)
             self.acquiring, self.awaiting = None, cmd.client_id
@@ -576,7 +608,7 @@ class Driver:
             assert self.running and not self.cancelled
             self.cancelled = True
         elif isinstance(cmd, StartTimer):
-            assert isinstance(cmd.timer, Expiry | WindDown | OutcomeDue)
+            assert isinstance(cmd.timer, Expiry | WindDown | OutcomeDue | SessionDue)
             self.timers.add(cmd.timer)
         elif isinstance(cmd, CancelTimer):
             self.timers.discard(cmd.timer)
@@ -584,7 +616,7 @@ class Driver:
     def step(self, data: Any) -> None:
         choices = ["retry"] if self.state else []
         if self.acquiring is not None:
-            choices += ["acquired", "busy", "gone"]
+            choices += ["acquired", "gone"] + (["busy"] if self.gave_up else [])
         if self.awaiting is not None:
             choices += ["gone"] + (["gathered"] if self.t.ready(1) else [])
             choices += ["timed_out"] if self.t.overdue(1) else []
@@ -646,7 +678,7 @@ def test_any_order_of_events_keeps_the_rules(data: Any) -> None:
     defect "100 parked MRTR calls expiring at once kill the mcp 1.30
     upstream"); a call nothing can reach is dropped from the table."""
     d = Driver()
-    d.feed(CallArrived(1, 1, held(caps=ALL, rounds=3)))
+    d.feed(CallArrived(1, 1, held(caps=ALL, rounds=3), 0.0))
     for _ in range(40):
         d.step(data)
     if not d.running and d.acquiring is None and d.awaiting is None and not d.t.parked:
@@ -679,9 +711,11 @@ def test_url_elicitation_required_becomes_input_required_and_never_reaches_the_c
         )
         assert (
             Playbook(t)
-            >> CallArrived(1, 1, held(caps=caps))
+            >> CallArrived(1, 1, held(caps=caps), 0.0)
+            << StartTimer(SessionDue(1), 0.0 + RT)
             << AcquireSession(1, 1)
             >> SessionAcquired(1, 1, 2.0)
+            << CancelTimer(SessionDue(1))
             << StartUpstream(1)
             << StartTimer(OutcomeDue(1), 2.0 + RT)
             << AwaitOutcome(1, 1)

@@ -34,6 +34,7 @@ from gateway.core.mrtr_hold_events import (
     CancelUpstream,
     ClientGone,
     Expiry,
+    GiveUpSession,
     InputGathered,
     OutcomeDue,
     RefuseServerAsks,
@@ -44,6 +45,7 @@ from gateway.core.mrtr_hold_events import (
     ServerCancelledAsk,
     SessionAcquired,
     SessionBusy,
+    SessionDue,
     ShapeReply,
     StartUpstream,
     UpstreamEnded,
@@ -83,6 +85,7 @@ class Hold:
     cancel_sent: bool = False
     wind_down: bool = False  # the WindDown timer runs
     overdue: bool = False  # the waiting client request's OutcomeDue timer fired
+    acquiring: bool = False  # waiting for the session (its SessionDue timer runs)
     missing: core.MissingCapability | None = None
     reply: wire.Message | None = None
     retry: tuple[Claims, object] | None = None
@@ -167,16 +170,28 @@ class HoldTable:
         limit = self.settings.max_parked_calls
         if len(self.parked) >= limit:
             return [ReplyToClient(replies.parked_limit(event.client_id, limit))]
-        self.calls[event.key] = Hold(event.key, event.call)
-        return [AcquireSession(event.key, event.client_id)]
+        hold = self.calls[event.key] = Hold(event.key, event.call)
+        return self._acquire(hold, event.client_id, event.now)
+
+    def _acquire(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
+        hold.acquiring = True
+        due = StartTimer(SessionDue(hold.key), now + self.settings.request_timeout)
+        return [due, AcquireSession(hold.key, client_id)]
+
+    def _stop_acquiring(self, hold: Hold) -> list[Command]:
+        was_acquiring = hold.acquiring
+        hold.acquiring = False
+        return [CancelTimer(SessionDue(hold.key))] if was_acquiring else []
 
     def _session_acquired(self, hold: Hold, event: SessionAcquired) -> list[Command]:
+        cmds = self._stop_acquiring(hold)
         if not hold.started:
             hold.started = True
-            return [StartUpstream(hold.key), *self._await(hold, event.client_id, event.now)]
-        return self._continue(hold, event.client_id, event.now)
+            return [*cmds, StartUpstream(hold.key), *self._await(hold, event.client_id, event.now)]
+        return [*cmds, *self._continue(hold, event.client_id, event.now)]
 
     def _session_busy(self, hold: Hold, event: SessionBusy) -> list[Command]:
+        hold.acquiring = False  # its timer fired: that is how it was given up
         if not hold.started:
             del self.calls[hold.key]
             return [ReplyToClient(replies.session_busy(event.client_id, retrying=False))]
@@ -323,10 +338,14 @@ class HoldTable:
         if not hold.started:
             # Gone while waiting for the session: nothing ran.
             del self.calls[hold.key]
-            return []
+            return self._stop_acquiring(hold)
         # The call's work stops, and the session it holds is free again
         # (2026-07-28 "Cancellation").
-        cmds = [*self._stop_waiting(hold), *self._close(hold, event.reason, event.now)]
+        cmds = [
+            *self._stop_acquiring(hold),
+            *self._stop_waiting(hold),
+            *self._close(hold, event.reason, event.now),
+        ]
         hold.busy = False
         hold.retry = None
         self._settle(hold)
@@ -367,7 +386,7 @@ class HoldTable:
         hold.retry = (event.claims, event.input_responses)
         if hold.finished:
             return [*cmds, *self._continue(hold, event.client_id, event.now)]
-        return [*cmds, AcquireSession(hold.key, event.client_id)]
+        return [*cmds, *self._acquire(hold, event.client_id, event.now)]
 
     def _continue(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
         assert hold.retry is not None
@@ -393,10 +412,12 @@ class HoldTable:
     # -- parking, expiry, closing -----------------------------------------------
     def _timer_fired(self, event: TimerFired) -> list[Command]:
         timer = event.timer
-        timers = Expiry | WindDown | OutcomeDue
+        timers = Expiry | WindDown | OutcomeDue | SessionDue
         hold = self.calls.get(timer.key) if isinstance(timer, timers) else None
         if hold is None:
             return []
+        if isinstance(timer, SessionDue):
+            return [GiveUpSession(hold.key)] if hold.acquiring else []
         if isinstance(timer, OutcomeDue):
             if not hold.waiting or hold.overdue:
                 return []

@@ -24,6 +24,13 @@ class Expiry:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionDue:
+    """request_timeout for taking the session: another call may hold it."""
+
+    key: CallKey
+
+
+@dataclass(frozen=True, slots=True)
 class OutcomeDue:
     """request_timeout for the waiting client request: the call must have
     ended or asked for input by then."""
@@ -48,6 +55,7 @@ class CallArrived(Event):
     key: CallKey
     client_id: wire.RequestId
     call: core.HeldCall
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +77,8 @@ class SessionAcquired(Event):
 
 @dataclass(frozen=True, slots=True)
 class SessionBusy(Event):
-    """The session stayed held by another call for request_timeout."""
+    """The session was given up (GiveUpSession): another call held it for
+    request_timeout."""
 
     key: CallKey
     client_id: wire.RequestId
@@ -168,11 +177,18 @@ class RefuseServerAsks(Command):
 
 @dataclass(frozen=True, slots=True)
 class AcquireSession(Command):
-    """Take the session exclusively (bounded by request_timeout), then report
-    SessionAcquired or SessionBusy."""
+    """Take the session exclusively, then report SessionAcquired, or
+    SessionBusy if told to give up first."""
 
     key: CallKey
     client_id: wire.RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUpSession(Command):
+    """Stop waiting for the session (its SessionDue timer fired)."""
+
+    key: CallKey
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ REPLAY_STATES_REMEMBERED = 100_000
 
 ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float], Awaitable[wire.Message]]
 ShapeFn = Callable[[Forward, wire.Message, wire.RequestId, UpstreamSession], wire.Message]
-Timer = hold.Expiry | hold.WindDown | hold.OutcomeDue
+Timer = hold.Expiry | hold.WindDown | hold.OutcomeDue | hold.SessionDue
 
 
 @dataclass(eq=False)
@@ -70,6 +70,7 @@ class HeldEntry:
     decision: Forward
     session: UpstreamSession
     runner: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    acquiring: anyio.CancelScope | None = None  # while waiting for the session
     changed: anyio.Event = field(default_factory=anyio.Event)
     finished: anyio.Event = field(default_factory=anyio.Event)
 
@@ -227,6 +228,9 @@ class MrtrBridge:
         elif isinstance(cmd, hold.StartUpstream):
             assert self._tg is not None
             self._tg.start_soon(self._run_upstream, entry)
+        elif isinstance(cmd, hold.GiveUpSession):
+            if entry.acquiring is not None:
+                entry.acquiring.cancel()
         elif isinstance(cmd, hold.AcquireSession):
             return await self._acquire(entry, cmd.client_id)
         elif isinstance(cmd, hold.AwaitOutcome):
@@ -239,7 +243,7 @@ class MrtrBridge:
 
     def _start_timer(self, cmd: StartTimer) -> None:
         timer = cmd.timer
-        assert isinstance(timer, hold.Expiry | hold.WindDown | hold.OutcomeDue)
+        assert isinstance(timer, Timer)
         scope = self._timers.get(timer)
         if scope is not None:
             scope.deadline = cmd.deadline
@@ -264,13 +268,15 @@ class MrtrBridge:
             scope.deadline = -math.inf
 
     async def _acquire(self, entry: HeldEntry, client_id: wire.RequestId) -> wire.Message | None:
+        scope = entry.acquiring = anyio.CancelScope()  # cancelled by GiveUpSession
         try:
-            with anyio.fail_after(self.config.request_timeout):
+            with scope:
                 await entry.session.lease.acquire_exclusive(entry)
-        except TimeoutError:
-            return await self._step(
-                entry, hold.SessionBusy(entry.key, client_id, anyio.current_time())
-            )
+        finally:
+            entry.acquiring = None
+        if scope.cancelled_caught:
+            busy = hold.SessionBusy(entry.key, client_id, anyio.current_time())
+            return await self._step(entry, busy)
         acquired = hold.SessionAcquired(entry.key, client_id, anyio.current_time())
         return await self._step(entry, acquired)
 
@@ -294,7 +300,8 @@ class MrtrBridge:
         entry = HeldEntry(next(self._keys), call, link, decision, session)
         self.entries[entry.key] = entry
         try:
-            reply = await self._step(entry, hold.CallArrived(entry.key, msg_id, call))
+            arrived = hold.CallArrived(entry.key, msg_id, call, anyio.current_time())
+            reply = await self._step(entry, arrived)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 gone = hold.ClientGone(entry.key, "cancelled by the client", anyio.current_time())
