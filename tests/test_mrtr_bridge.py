@@ -318,6 +318,61 @@ async def test_a_bridged_call_with_no_outcome_ends_at_request_timeout(
     assert reply["error"]["message"].startswith("Upstream did not answer within")
 
 
+async def test_a_retry_that_waited_for_the_session_while_its_call_ended_frees_the_session() -> None:
+    """A retry checks its state, then waits for the session another bridged
+    call holds; meanwhile the parked call ends upstream by itself. On main the
+    retry then took the session for a call that had already ended, and
+    nothing gave it back: every later call on that session waited for it and
+    failed session-busy. The retry is answered, and the session is free."""
+    seen = Recorder()
+    quit_asking = anyio.Event()
+    unblock = anyio.Event()
+
+    async def tools(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        name = msg["params"]["name"]
+        if name == "asks_then_quits":
+            await server.emit(wire.request("srv-q", "elicitation/create", ELICIT))
+            await quit_asking.wait()
+            text = "gave up asking"
+        elif name == "blocks":
+            await unblock.wait()
+            text = "done"
+        else:
+            text = "ok"
+        return {"content": [{"type": "text", "text": text}]}
+
+    async with gateway(legacy_server({"tools/call": tools}, log=seen)) as c:
+        first = await start(c, "asks_then_quits")  # parked: the session is free
+        (parked,) = c.service.bridge.held.values()
+        blocks = {"name": "blocks", "arguments": {}, "_meta": meta()}
+        await c.send(wire.request(2, "tools/call", blocks))
+        await seen.wait_until(lambda m: (m.get("params") or {}).get("name") == "blocks")
+        params = {
+            "name": "asks_then_quits",
+            "arguments": {},
+            "_meta": meta(),
+            "inputResponses": {"input-1": accept("Q")},
+            "requestState": first["result"]["requestState"],
+        }
+        await c.send(wire.request(3, "tools/call", params))
+        await anyio.wait_all_tasks_blocked()  # the retry waits for the session
+        quit_asking.set()
+        with anyio.fail_after(3):
+            await parked.finished.wait()  # the parked call ended while its retry waited
+        unblock.set()
+        answers: dict[Any, wire.Message] = {}
+        while len(answers) < 2:
+            msg = await c.next()
+            if "method" not in msg:
+                answers[msg["id"]] = msg
+        (session,) = c.service.pool.sessions.values()
+        assert session.lease.holder is None
+        later = await start(c, "ok", msg_id=4, caps={"elicitation": {"form": {}}})
+    assert answers[3]["result"]["content"][0]["text"] == "gave up asking"
+    assert answers[2]["result"]["content"][0]["text"] == "done"
+    assert later["result"]["content"][0]["text"] == "ok"
+
+
 async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
     seen = Recorder()
 

@@ -565,6 +565,8 @@ class Driver:
         self.acquiring: int | None = None  # client id waiting for the session
         self.awaiting: int | None = None  # client id waiting for the outcome
         self.gave_up = False  # the session wait was given up (SessionDue fired)
+        self.holds_session = False
+        self.ended = False  # the upstream call returned
         self.answered: set[int] = set()
         self.running = False
         self.cancelled = False
@@ -575,8 +577,12 @@ class Driver:
 
     def feed(self, event: Any) -> None:
         self.now += 1.0
+        if isinstance(event, SessionAcquired):
+            self.holds_session = True
         for cmd in self.t.handle(event):
             self.check(cmd)
+        # A call that ended upstream holds no session (else nothing frees it).
+        assert not (self.ended and self.holds_session)
 
     def check(self, cmd: Any) -> None:
         if isinstance(cmd, ReplyToClient):
@@ -601,6 +607,8 @@ class Driver:
             self.acquiring, self.awaiting = None, cmd.client_id
         elif isinstance(cmd, StartUpstream):
             self.running = True
+        elif isinstance(cmd, ReleaseSession):
+            self.holds_session = False
         elif isinstance(cmd, AnswerServer | RefuseServerAsks):
             # The issue's expiry defect: nothing for a call once it is cancelled.
             assert not self.cancelled, cmd
@@ -621,7 +629,9 @@ class Driver:
             choices += ["gone"] + (["gathered"] if self.t.ready(1) else [])
             choices += ["timed_out"] if self.t.overdue(1) else []
         if self.running:
-            choices += ["ask", "ask", "server_cancel", "ends"]
+            choices += ["server_cancel", "ends"]
+            # The server's requests reach the call only while it holds the session.
+            choices += ["ask", "ask"] if self.holds_session else []
         choices += ["timer"] if self.timers else []
         if not choices:
             return
@@ -646,7 +656,7 @@ class Driver:
         elif choice == "server_cancel" and self.asks:
             self.feed(ServerCancelledAsk(1, data.draw(st.sampled_from(self.asks))))
         elif choice == "ends":
-            self.running = False
+            self.running, self.ended = False, True
             failed = data.draw(st.booleans())
             reply = None if self.cancelled else RESULT
             self.feed(UpstreamEnded(1, reply, failed=failed and reply is not None))
@@ -671,7 +681,7 @@ class Driver:
 
 
 @given(st.data())
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=500, deadline=None, derandomize=True)
 def test_any_order_of_events_keeps_the_rules(data: Any) -> None:
     """Whatever the order: every client request is answered once with its own
     id; nothing reaches the server for a call after its cancellation (issue
@@ -730,3 +740,35 @@ def test_url_elicitation_required_becomes_input_required_and_never_reaches_the_c
             claims = opened(state)
             assert claims.resend and claims.handle is None and claims.nonce == "nonce-1"
         assert not t.calls
+
+
+def test_a_call_that_ended_while_its_retry_waited_for_the_session_gives_it_back() -> None:
+    """On main a retry that waited for the session while its parked call ended
+    upstream took the session for good (nothing released it again): every
+    later call on that session failed session-busy. End to end:
+    test_mrtr_bridge.py::test_a_retry_that_waited_for_the_session_while_its_call_ended_frees_the_session."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    done = wire.result_response(0, {"content": [{"type": "text", "text": "gave up asking"}]})
+    refusal = wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("ended"))
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Q")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> UpstreamEnded(1, done)  # the server ended the call by itself
+        << ReleaseSession(1)
+        << Wake(1)
+        << RefuseServerAsks(1, (refusal,))
+        >> SessionAcquired(1, 2, 25.0)
+        << CancelTimer(SessionDue(1))
+        << ReleaseSession(1)  # given straight back
+        << StartTimer(OutcomeDue(1), 25.0 + RT)
+        << AwaitOutcome(1, 2)
+        >> gathered(2, now=26.0)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << ShapeReply(1, 2, done)
+    )
+    assert not t.calls and not t.parked

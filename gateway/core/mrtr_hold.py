@@ -129,11 +129,11 @@ class HoldTable:
         # Dispatch on the event's type; each handler returns the commands in order.
         if isinstance(event, TimerFired):
             return self._timer_fired(event)
-        hold = None if isinstance(event, CallArrived | RetryArrived) else self._hold_of(event)
         if isinstance(event, CallArrived):
             return self._call_arrived(event)
         if isinstance(event, RetryArrived):
             return self._retry_arrived(event)
+        hold = self._hold_of(event)
         if hold is None:
             return self._unknown(event)
         if isinstance(event, SessionAcquired):
@@ -188,6 +188,11 @@ class HoldTable:
         if not hold.started:
             hold.started = True
             return [*cmds, StartUpstream(hold.key), *self._await(hold, event.client_id, event.now)]
+        if hold.finished:
+            # The call ended upstream while its retry waited for the session:
+            # nothing on the wire is this call's any more, so the session goes
+            # straight back (nothing else would ever release it).
+            cmds.append(ReleaseSession(hold.key))
         return [*cmds, *self._continue(hold, event.client_id, event.now)]
 
     def _session_busy(self, hold: Hold, event: SessionBusy) -> list[Command]:
