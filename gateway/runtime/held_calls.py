@@ -34,6 +34,7 @@ from gateway import era, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_events as hold
+from gateway.core import mrtr_hold_replies as replies
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold import HoldSettings, HoldTable
 from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
@@ -77,10 +78,6 @@ class HeldEntry:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _invalid(msg_id: wire.RequestId, why: str) -> wire.Message:
-    return wire.error_response(msg_id, wire.INVALID_PARAMS, f"Invalid params: {why}")
 
 
 class MrtrBridge:
@@ -280,9 +277,9 @@ class MrtrBridge:
         acquired = hold.SessionAcquired(entry.key, client_id, anyio.current_time())
         return await self._step(entry, acquired)
 
-    async def _refuse(self, entry: HeldEntry, replies: tuple[wire.Message, ...]) -> None:
+    async def _refuse(self, entry: HeldEntry, refusals: tuple[wire.Message, ...]) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-            for reply in replies:
+            for reply in refusals:
                 try:
                     await entry.session.respond(reply)
                 except Exception as exc:  # the session may be gone; nothing left to tell it
@@ -393,7 +390,7 @@ class MrtrBridge:
             )
         except StateRejected as exc:
             log.info("retry rejected", why=str(exc))
-            return _invalid(msg_id, str(exc))
+            return replies.invalid(msg_id, str(exc))
         if claims.resend:
             refusal = core.url_refusal(params.get("inputResponses"))
             if refusal is not None:
@@ -414,7 +411,7 @@ class MrtrBridge:
             try:
                 answers = core.merge_replay_answers(claims, params.get("inputResponses"))
             except StateRejected as exc:
-                return _invalid(msg_id, str(exc))
+                return replies.invalid(msg_id, str(exc))
             used = self._consume(msg_id, claims)
             if used is not None:
                 return used
@@ -453,7 +450,7 @@ class MrtrBridge:
             self.consumed.consume(claims, _now_ms())
         except StateRejected as exc:
             log.info("retry rejected", why=str(exc))
-            return _invalid(msg_id, str(exc))
+            return replies.invalid(msg_id, str(exc))
         except ConsumedStates.Full as exc:
             log.info("retry refused", why=str(exc))
             return wire.gateway_error(
