@@ -16,11 +16,10 @@ and turns what it waited for into the table's events.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -40,6 +39,7 @@ from gateway.core.mrtr_hold import HoldSettings, HoldTable
 from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink
+from gateway.runtime.engine_timers import EngineTimers
 from gateway.runtime.upstream_session import (
     WIND_DOWN,
     UpstreamGone,
@@ -105,11 +105,12 @@ class MrtrBridge:
         self.table = HoldTable(settings, self.sealer)
         self.entries: dict[hold.CallKey, HeldEntry] = {}
         self._keys = itertools.count(1)
-        self._timers: dict[Timer, anyio.CancelScope] = {}
+        self.timers = EngineTimers(self._timer_fired)
         self.consumed = ConsumedStates(REPLAY_STATES_REMEMBERED)
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
+        tg.start_soon(self.timers.run, tg)
 
     @property
     def held(self) -> dict[str, HeldEntry]:
@@ -201,11 +202,9 @@ class MrtrBridge:
             elif isinstance(cmd, Log):
                 getattr(log, cmd.level)(cmd.message, **cmd.fields)
             elif isinstance(cmd, StartTimer):
-                self._start_timer(cmd)
+                self.timers.start(cmd.timer, cmd.deadline)
             elif isinstance(cmd, CancelTimer):
-                scope = self._timers.pop(cmd.timer, None)  # type: ignore[call-overload]
-                if scope is not None:
-                    scope.cancel()
+                self.timers.cancel(cmd.timer)
             else:
                 assert entry is not None, f"{cmd!r} names a call the runtime does not have"
                 reply = await self._execute_for(entry, cmd) or reply
@@ -238,31 +237,13 @@ class MrtrBridge:
             raise TypeError(f"not a command of the hold machine: {cmd!r}")
         return None
 
-    def _start_timer(self, cmd: StartTimer) -> None:
-        timer = cmd.timer
+    async def _timer_fired(self, timer: Hashable) -> None:
         assert isinstance(timer, Timer)
-        scope = self._timers.get(timer)
-        if scope is not None:
-            scope.deadline = cmd.deadline
-            return
-        scope = anyio.CancelScope(deadline=cmd.deadline)
-        self._timers[timer] = scope
-        assert self._tg is not None
-        self._tg.start_soon(self._timer, timer, scope)
-
-    async def _timer(self, timer: Timer, scope: anyio.CancelScope) -> None:
-        with scope:
-            await anyio.sleep_forever()
-        if self._timers.get(timer) is not scope:
-            return  # cancelled
-        del self._timers[timer]
         await self._step(self.entries.get(timer.key), TimerFired(timer, anyio.current_time()))
 
     def fire_timer(self, timer: Timer) -> None:
         """Let a running timer fire now (tests fire the state_ttl this way)."""
-        scope = self._timers.get(timer)
-        if scope is not None:
-            scope.deadline = -math.inf
+        self.timers.fire_now(timer)
 
     async def _acquire(self, entry: HeldEntry, client_id: wire.RequestId) -> wire.Message | None:
         scope = entry.acquiring = anyio.CancelScope()  # cancelled by GiveUpSession
