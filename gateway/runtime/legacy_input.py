@@ -8,6 +8,7 @@ until the server completes, in bounded rounds and time.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -64,7 +65,10 @@ class LegacyInputLoop:
                     upstream_checks.MALFORMED,
                 )
             requests = core.requests_for_legacy_client(
-                result.get("inputRequests") or {}, link.session.capabilities, link.session.version
+                result.get("inputRequests") or {},
+                link.session.capabilities,
+                link.session.version,
+                new_elicitation_id=lambda: str(uuid.uuid4()),
             )
             if isinstance(requests, str):
                 return self._error(

@@ -25,9 +25,9 @@ from gateway.runtime.client_link import (
     ForwardedServerRequest,
     InflightCall,
 )
+from gateway.runtime.held_calls import HeldEntry, MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
-from gateway.runtime.mrtr_bridge import HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.upstream_pool import MODERN_KEY, Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
