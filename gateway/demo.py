@@ -17,8 +17,8 @@ import anyio
 import orjson
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 
 _COLOURS = {"client": "\033[36m", "gateway": "\033[33m", "server": "\033[35m", "note": "\033[1m"}

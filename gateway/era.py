@@ -75,6 +75,19 @@ CLIENT_FEATURE_METHODS = {
     "elicitation/create": "elicitation",
     "roots/list": "roots",
 }
+# The client capabilities those requests need: the features that make a
+# modern client's call an MRTR call, and key a legacy upstream session.
+CLIENT_FEATURES = frozenset(CLIENT_FEATURE_METHODS.values())
+# Errors only a modern peer sends (2026-07-28 "Error Codes"; over HTTP,
+# streamable-http "Backward Compatibility": a "recognized modern JSON-RPC
+# error" means the server speaks modern MCP).
+MODERN_ERRORS = frozenset(
+    {
+        wire.HEADER_MISMATCH,
+        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        wire.UNSUPPORTED_PROTOCOL_VERSION,
+    }
+)
 
 # Every method either revision's schema.json names (requests and
 # notifications); tests/test_http_edge.py checks it against both schemas. The
@@ -225,13 +238,11 @@ def client_caps_to_modern(caps: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def client_caps_to_legacy(caps: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in caps.items() if k != "extensions"}
-
-
 def server_caps_to_modern(caps: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in caps.items() if k != "tasks"}
 
 
-def server_caps_to_legacy(caps: dict[str, Any]) -> dict[str, Any]:
+def caps_to_legacy(caps: dict[str, Any]) -> dict[str, Any]:
+    """A client's or a server's capabilities for a legacy peer: the one
+    difference is the same both ways (no `extensions`)."""
     return {k: v for k, v in caps.items() if k != "extensions"}

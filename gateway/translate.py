@@ -149,7 +149,7 @@ def initialize_from_discover(
     server_info = meta.get(era.SERVER_INFO) if isinstance(meta, dict) else None
     caps = capabilities
     if caps is None:
-        caps = era.server_caps_to_legacy(discover.get("capabilities") or {})
+        caps = era.caps_to_legacy(discover.get("capabilities") or {})
     out: dict[str, Any] = {
         "protocolVersion": version,
         "capabilities": caps,

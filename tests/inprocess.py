@@ -15,7 +15,7 @@ import orjson
 from gateway import era
 from gateway.config import Config
 from gateway.fronts.http_front import HttpFront
-from gateway.runtime.metrics import Metrics
+from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
 from tests.scripted import Behaviour, ScriptedServer, Upstream
 

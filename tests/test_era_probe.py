@@ -44,5 +44,6 @@ def test_a_result_that_is_not_a_discover_result_is_legacy() -> None:
 
 
 def test_discover_request_carries_modern_meta() -> None:
-    msg = era_probe.discover_request(7, "2026-07-28", {"name": "g", "version": "1"})
+    params = era_probe.discover_params("2026-07-28", {"name": "g", "version": "1"})
+    msg = wire.request(7, "server/discover", params)
     assert era.is_modern(msg) and era.check_modern_meta(msg) is None

@@ -25,7 +25,7 @@ from gateway.backs import http_wire
 from gateway.config import Config, ConfigError
 from gateway.core import http_binding
 from gateway.fronts.http_front import HttpFront
-from gateway.runtime.metrics import Metrics
+from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
 from tests.http_answers import answer_of
 from tests.servers.scripted_http import (

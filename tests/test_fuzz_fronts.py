@@ -482,7 +482,7 @@ async def run_http(posts: list[tuple[bytes, dict[str, str]]], upstream: str) -> 
                 session_id = resp.headers.get("mcp-session-id", session_id)
             await _at_least_one_good(seen)
             stop.set()
-        assert g.front._busy == {}
+        assert g.front.access.busy == {}
         for session in list(g.front.sessions.values()):
             g.front.end_session(session, "fuzz over")
         await _released(g)

@@ -22,10 +22,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gateway import era, wire
 from gateway.config import Config
+from gateway.core import http_binding
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
+from gateway.fronts.metrics import Metrics
 from gateway.runtime.client_link import ClientLink
-from gateway.runtime.metrics import Metrics
 from gateway.runtime.service import GatewayService
 from tests.scripted import (
     Recorder,
@@ -671,8 +672,10 @@ def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None
         {"name": "v", "inputSchema": {"properties": {"a": {"x-mcp-header": "Region"}}}},
     ]
     for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
-        front._observe({"jsonrpc": "2.0", "id": 1, "result": result})
-    assert front._tools == {"t": {}, "u": {}, "v": {"mcp-param-region": "a"}}
+        front._tools.observe({"jsonrpc": "2.0", "id": 1, "result": result})
+    # "u" breaks "Schema Extension" (a name that is no token): no headers are
+    # expected for it, as a conforming client excludes it.
+    assert front._tools.known() == {"t": (), "v": (http_binding.HeaderParam(("a",), "Region"),)}
 
 
 @pytest.mark.parametrize("bad_id", ["true", "{id}.0", "[{id}]"])

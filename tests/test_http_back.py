@@ -23,8 +23,10 @@ import pytest
 
 from gateway import era, wire
 from gateway.backs import http_wire
-from gateway.backs.http_back import HttpConnectionEnded, HttpConnector, HttpServerConnection
+from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
+from gateway.backs.http_connector import HttpConnector
 from gateway.config import Config
+from gateway.core import http_binding
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from tests.log_events import log_events
@@ -116,56 +118,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# -- pure helpers: value encoding and annotations (2026-07-28 "Value Encoding") -------
-
-
-@pytest.mark.parametrize(
-    ("value", "encoded"),
-    [
-        ("us-west1", "us-west1"),
-        ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
-        (" padded ", "=?base64?IHBhZGRlZCA=?="),
-        ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
-        ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
-    ],
-)
-def test_value_encoding_matches_the_spec_table(value: str, encoded: str) -> None:
-    assert http_wire.encode_value(value) == encoded
-
-
-@pytest.mark.parametrize(
-    ("schema", "why"),
-    [
-        ({"properties": {"a": {"type": "number", "x-mcp-header": "A"}}}, "number"),
-        ({"properties": {"a": {"type": "string", "x-mcp-header": "A b"}}}, "token"),
-        ({"properties": {"a": {"type": "string", "x-mcp-header": ""}}}, "token"),
-        (
-            {
-                "properties": {
-                    "a": {"type": "string", "x-mcp-header": "X"},
-                    "b": {"type": "string", "x-mcp-header": "x"},
-                }
-            },
-            "twice",
-        ),
-        ({"properties": {"a": {"items": {"type": "string", "x-mcp-header": "A"}}}}, "reachable"),
-        ({"anyOf": [{"properties": {"a": {"x-mcp-header": "A"}}}]}, "reachable"),
-        ({"$defs": {"a": {"type": "string", "x-mcp-header": "A"}}}, "reachable"),
-    ],
-)
-def test_invalid_annotations_are_rejected(schema: dict[str, Any], why: str) -> None:
-    with pytest.raises(http_wire.InvalidAnnotation, match=why):
-        http_wire.tool_header_params({"name": "t", "inputSchema": schema})
-
-
-def test_annotations_in_data_keywords_are_not_annotations() -> None:
-    schema = {
-        "properties": {
-            "a": {"type": "object", "default": {"x-mcp-header": "nope"}},
-            "x-mcp-header": {"type": "string"},  # a property named so: not an annotation
-        }
-    }
-    assert http_wire.tool_header_params({"name": "t", "inputSchema": schema}) == ()
+# -- pure helpers: the SSE parser ------------------------------------------------------
 
 
 def test_sse_parser_handles_line_endings_comments_priming_and_split_chunks() -> None:
@@ -215,7 +168,7 @@ async def test_name_and_param_headers_follow_the_listed_schema() -> None:
     assert "result" in reply
     first, second = server.posts("tools/call")
     assert first.header("mcp-name") == "query"
-    assert first.header("mcp-param-region") == http_wire.encode_value("Zürich")
+    assert first.header("mcp-param-region") == http_binding.encode_value("Zürich")
     assert first.header("mcp-param-dry") == "true"
     assert first.header("mcp-param-n") == "42"
     assert second.header("mcp-param-region") is None and second.header("mcp-param-n") == "-7"

@@ -433,3 +433,61 @@ def test_ts2_reconnection_through_the_gateway(ts2_http: str) -> None:
     out: dict[str, Any] = orjson.loads(lines[-1])
     assert out["text"] == ["Reconnection test completed successfully."], out
     assert not out["isError"] and out["protocolVersion"] == "2025-11-25"
+
+
+# -- the session's GET stream: reopened with the one backoff ---------------------------
+
+
+@dataclass
+class GetStreams:
+    """A legacy session server whose answers to plain GETs (no Last-Event-ID)
+    are `gets`, in order (an int is a bare status); past the end, 405, which
+    ends the client's GET loop and sets `over`."""
+
+    gets: list[Script | int]
+    legacy: LegacyHttp = field(default_factory=LegacyHttp)
+    over: anyio.Event = field(default_factory=anyio.Event)
+
+    async def __call__(self, req: HttpRequest, server: HttpServer) -> Reply:
+        if req.method == "GET" and req.header("last-event-id") is None:
+            if not self.gets:
+                self.over.set()
+                return Reply(405)
+            answer = self.gets.pop(0)
+            if isinstance(answer, int):
+                return Reply(answer, b"no", {"content-type": "text/plain"})
+            reply = server.feed(answer)
+            reply.headers["content-type"] = "text/event-stream"
+            return reply
+        return await self.legacy(req, server)
+
+
+@pytest.mark.parametrize(
+    ("gets", "waits"),
+    [
+        # Doubling from 1 s while it fails; from the server's retry hint after
+        # a stream that gave one; from 1 s again after one that did not.
+        (
+            [500, 500, writes(priming("g-1", 5000)), 500, writes(COMMENT), 500],
+            [1.0, 2.0, 5.0, 10.0, 1.0, 2.0],
+        ),
+        # Capped at 30 s...
+        ([500] * 7, [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]),
+        # ...but never sooner than the server asked.
+        ([writes(priming("g-1", 60000)), 500, 500], [60.0, 60.0, 60.0]),
+    ],
+)
+async def test_the_get_stream_is_reopened_with_backoff(
+    gets: list[Script | int], waits: list[float]
+) -> None:
+    """2025-11-25 "Listening for Messages from the Server" and SSE `retry`:
+    the session's GET stream is reopened when it ends or fails, with the
+    gateway's one backoff formula (issue #11 item 3: this loop had its own),
+    starting from the server's `retry` hint when it gave one."""
+    behaviour = GetStreams(list(gets))
+    async with serve(behaviour) as server, connection(server.url) as c:
+        delays = observe(c)
+        await legacy_handshake(c)
+        with anyio.fail_after(5):
+            await behaviour.over.wait()
+    assert delays.asked == waits

@@ -24,7 +24,7 @@ from gateway import era, wire
 from gateway.config import Config
 from gateway.core import authority
 from gateway.fronts.http_front import HttpFront
-from gateway.runtime.metrics import Metrics
+from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
 from tests.http_answers import answer_of
 from tests.scripted import Upstream, legacy_server
@@ -161,7 +161,7 @@ async def test_metrics_labels_cannot_be_forged_or_grown_by_clients() -> None:
 def test_label_values_are_escaped() -> None:
     """Prometheus text format: in label values, backslash, double quote and
     line feed are escaped as \\\\, \\" and \\n."""
-    from gateway.runtime.metrics import label_value
+    from gateway.fronts.metrics import label_value
 
     assert label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
 

@@ -400,10 +400,17 @@ async def test_an_idle_flood_under_a_low_open_files_limit_does_not_stop_service(
             flood.append(await anyio.connect_tcp("127.0.0.1", gw.port))
 
         try:
-            with anyio.fail_after(15):
-                async with anyio.create_task_group() as tg:
-                    for _ in range(400):
-                        tg.start_soon(connect)
+            # In batches the kernel's accept queue holds, each taken by the
+            # gateway before the next: all 400 reach it, whatever the load
+            # (past a full queue the kernel drops a handshake's last ACK, and
+            # an idle client never learns its connection does not exist).
+            with anyio.fail_after(60):
+                for _ in range(400 // 8):
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(8):
+                            tg.start_soon(connect)
+                    while accept_queue(gw.port) > 0:  # noqa: ASYNC110 - the kernel's queue, read from /proc
+                        await anyio.sleep(0.005)
             async with httpx.AsyncClient(base_url=gw.base) as client:
                 for i in range(5):
                     reply = await post_echo(client, i)
@@ -424,9 +431,9 @@ async def test_an_idle_flood_under_a_low_open_files_limit_does_not_stop_service(
     assert len(low) == 1 and low[0]["allowed"] < 256 - 64
     assert not [line for line in lines if "accept() failures" in line["event"]]
     evicted = [line for line in lines if line["event"].startswith("connections closed to admit")]
-    # One line per interval (and one at exit), each with its count: some of
-    # the 400 never reached the gateway (the kernel's accept queue was full).
-    assert 1 <= len(evicted) <= 2 and sum(line["count"] for line in evicted) > 50
+    # One line per interval (and one at exit), each with its count: all 400
+    # were accepted, over a cap of fewer than 192.
+    assert 1 <= len(evicted) <= 2 and sum(line["count"] for line in evicted) > 200
 
 
 # -- shutdown -------------------------------------------------------------------------------
@@ -737,3 +744,25 @@ def _socket_buffers(stream: anyio.abc.SocketStream) -> int:
     except (OSError, IndexError, ValueError):
         rmem_max = 6 * 1024 * 1024
     return int(sndbuf) + rmem_max
+
+
+def accept_queue(port: int) -> int:
+    """Connections the kernel holds for the socket listening on `port`, not
+    yet accepted: those in its accept queue (a listener's rx_queue in Linux's
+    /proc/net/tcp) and those whose handshake is not finished (SYN_RECV)."""
+    waiting = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if int(local.rsplit(":", 1)[1], 16) != port:
+                continue
+            if state == "0A":
+                waiting += int(queues.split(":")[1], 16)
+            elif state == "03":
+                waiting += 1
+    return waiting

@@ -139,10 +139,10 @@ async def test_a_bad_progress_token_over_http_is_400_and_leaks_nothing(token: ob
             resp = await g.modern("tools/call", {"name": "x", "_meta": {"progressToken": token}})
             assert resp.status_code == 400, resp.text
             assert _is_invalid_params(resp.json(), "params._meta.progressToken")
-        assert g.front._busy == {}
+        assert g.front.access.busy == {}
         good = await g.modern("tools/call", {"name": "x", "_meta": {"progressToken": "p1"}})
         assert good.status_code == 200 and good.json()["result"]["content"]
-        assert g.front._busy == {}
+        assert g.front.access.busy == {}
 
 
 # -- the validation table agrees with both revisions' schema.json -------------------

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from gateway import era, wire
+from gateway.core.mrtr_hold_events import Expiry, OutcomeDue
 from gateway.core.request_state import Claims, Sealer
 from gateway.runtime.client_link import ClientLink
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
@@ -241,10 +242,11 @@ async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
     produced; the server now hears only the refusal when that ends the call.
     """
     seen = Recorder()
-    async with gateway(legacy_server({"tools/call": ask_name}, log=seen), state_ttl=0.2) as c:
+    async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
         first = await start(c, "ask_name")
         assert c.service.bridge.held
         (entry,) = c.service.bridge.held.values()
+        c.service.bridge.fire_timer(Expiry(entry.key))  # the state_ttl timer fires
         refused = await seen.wait_until(lambda m: m.get("id") == "srv-1", timeout=3)
         assert refused["error"]["code"] == wire.INTERNAL_ERROR
         # The server ended the call itself on hearing no answer would come, so
@@ -269,7 +271,7 @@ async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
     still bounded: it is cancelled after WIND_DOWN, the refusal first and
     nothing for the call after the cancellation (the issue's "100 parked MRTR
     calls expiring at once" with a real SDK: test_real_peers_mrtr_expiry.py)."""
-    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
     seen = Recorder()
 
     async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
@@ -279,8 +281,7 @@ async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
     async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
         await start(c, "stubborn")
         (entry,) = c.service.bridge.held.values()
-        assert entry.watch is not None
-        entry.watch.cancel()  # the state_ttl timer fires
+        c.service.bridge.fire_timer(Expiry(entry.key))  # the state_ttl timer fires
         with anyio.fail_after(3):
             await entry.finished.wait()
         await seen.wait_for("notifications/cancelled")
@@ -289,6 +290,87 @@ async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
     assert order.index("srv-1") < order.index("notifications/cancelled")
     assert order.count("srv-1") == 1
     assert order[order.index("notifications/cancelled") + 1 :] == ["tools/list"]
+
+
+async def test_a_bridged_call_with_no_outcome_ends_at_request_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """request_timeout bounds the wait for a result or an input request (the
+    OutcomeDue timer, fired here by the test): the client hears a clear
+    upstream-timeout error with its own id, and the call is cancelled upstream
+    once the wind-down has passed."""
+    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
+    seen = Recorder()
+
+    async def silent(server: ScriptedServer, msg: wire.Message) -> None:
+        await anyio.sleep_forever()
+
+    async with gateway(legacy_server({"tools/call": silent}, log=seen)) as c:
+        params = {"name": "silent", "arguments": {}, "_meta": meta()}
+        await c.send(wire.request(7, "tools/call", params))
+        await seen.wait_for("tools/call")
+        (key,) = c.service.bridge.entries
+        c.service.bridge.fire_timer(OutcomeDue(key))
+        reply = await c.next()
+        await seen.wait_for("notifications/cancelled")
+    assert reply["id"] == 7
+    assert reply["error"]["data"]["reason"] == "upstream-timeout"
+    assert reply["error"]["message"].startswith("Upstream did not answer within")
+
+
+async def test_a_retry_that_waited_for_the_session_while_its_call_ended_frees_the_session() -> None:
+    """A retry checks its state, then waits for the session another bridged
+    call holds; meanwhile the parked call ends upstream by itself. On main the
+    retry then took the session for a call that had already ended, and
+    nothing gave it back: every later call on that session waited for it and
+    failed session-busy. The retry is answered, and the session is free."""
+    seen = Recorder()
+    quit_asking = anyio.Event()
+    unblock = anyio.Event()
+
+    async def tools(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        name = msg["params"]["name"]
+        if name == "asks_then_quits":
+            await server.emit(wire.request("srv-q", "elicitation/create", ELICIT))
+            await quit_asking.wait()
+            text = "gave up asking"
+        elif name == "blocks":
+            await unblock.wait()
+            text = "done"
+        else:
+            text = "ok"
+        return {"content": [{"type": "text", "text": text}]}
+
+    async with gateway(legacy_server({"tools/call": tools}, log=seen)) as c:
+        first = await start(c, "asks_then_quits")  # parked: the session is free
+        (parked,) = c.service.bridge.held.values()
+        blocks = {"name": "blocks", "arguments": {}, "_meta": meta()}
+        await c.send(wire.request(2, "tools/call", blocks))
+        await seen.wait_until(lambda m: (m.get("params") or {}).get("name") == "blocks")
+        params = {
+            "name": "asks_then_quits",
+            "arguments": {},
+            "_meta": meta(),
+            "inputResponses": {"input-1": accept("Q")},
+            "requestState": first["result"]["requestState"],
+        }
+        await c.send(wire.request(3, "tools/call", params))
+        await anyio.wait_all_tasks_blocked()  # the retry waits for the session
+        quit_asking.set()
+        with anyio.fail_after(3):
+            await parked.finished.wait()  # the parked call ended while its retry waited
+        unblock.set()
+        answers: dict[Any, wire.Message] = {}
+        while len(answers) < 2:
+            msg = await c.next()
+            if "method" not in msg:
+                answers[msg["id"]] = msg
+        (session,) = c.service.pool.sessions.values()
+        assert session.lease.holder is None
+        later = await start(c, "ok", msg_id=4, caps={"elicitation": {"form": {}}})
+    assert answers[3]["result"]["content"][0]["text"] == "gave up asking"
+    assert answers[2]["result"]["content"][0]["text"] == "done"
+    assert later["result"]["content"][0]["text"] == "ok"
 
 
 async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
@@ -309,28 +391,10 @@ async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
         }
         await c.send(wire.request(2, "tools/call", params))
         await seen.wait_for("notifications/initialized")
-        with anyio.fail_after(3):
-            while not any(m.get("id") == "srv-1" for m in seen):  # noqa: ASYNC110
-                await anyio.sleep(0.01)
+        await seen.wait_until(lambda m: m.get("id") == "srv-1")  # the answer went upstream
         await c.send(wire.notification("notifications/cancelled", {"requestId": 2}))
         await seen.wait_for("notifications/cancelled")
-        with anyio.fail_after(3):
-            while c.service.bridge.held:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-
-
-async def test_upstream_crash_while_parked_fails_the_retry_cleanly() -> None:
-    async def asks_then_dies(server: ScriptedServer, msg: wire.Message) -> None:
-        await server.emit(wire.request("srv-x", "elicitation/create", ELICIT))
-        await anyio.sleep(0.05)
-        server.die()
-
-    async with gateway(legacy_server({"tools/call": asks_then_dies})) as c:
-        first = await start(c, "die")
-        await anyio.sleep(0.2)
-        crashed = await retry(c, first, {"input-1": accept("Y")}, msg_id=2, name="die")
-        assert crashed["error"]["data"]["reason"] == "upstream-failed"
-        assert not c.service.bridge.held
+        assert not c.service.bridge.held  # closed before the wind-down began
 
 
 async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:
@@ -356,7 +420,7 @@ async def test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refu
 ) -> None:
     """The -32021 paths bound the upstream call like an expiry does: refusal
     first, cancellation once WIND_DOWN has passed."""
-    monkeypatch.setattr("gateway.runtime.mrtr_bridge.WIND_DOWN", 0, raising=False)
+    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
     monkeypatch.setattr("gateway.runtime.upstream_session.WIND_DOWN", 0, raising=False)
 
     async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:

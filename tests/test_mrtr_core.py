@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gateway import wire
 from gateway.core import mrtr_bridge as mb
+from gateway.core import mrtr_shapes
 from gateway.core.request_state import Sealer, StateRejected
 
 SEALER = Sealer(b"s" * 32, "gw")
@@ -153,28 +154,33 @@ def test_requests_for_legacy_clients_mint_elicitation_ids_and_respect_versions()
         },
         "b": {"method": "roots/list"},
     }
-    out = mb.requests_for_legacy_client(inputs, ALL_CAPS, "2025-11-25")
+    out = mb.requests_for_legacy_client(inputs, ALL_CAPS, "2025-11-25", lambda: "e-1")
     assert isinstance(out, dict)
-    assert isinstance(out["a"]["params"]["elicitationId"], str)
+    assert out["a"]["params"]["elicitationId"] == "e-1"  # minted by the caller
     assert out["b"] == {"method": "roots/list", "params": {}}
-    old = mb.requests_for_legacy_client(inputs, ALL_CAPS, "2025-06-18")
+    old = mb.requests_for_legacy_client(inputs, ALL_CAPS, "2025-06-18", lambda: "e-1")
     assert isinstance(old, str) and "URL elicitation" in old
-    assert isinstance(mb.requests_for_legacy_client(inputs, {"roots": {}}, "2025-11-25"), str)
-    assert isinstance(mb.requests_for_legacy_client([], ALL_CAPS, "2025-11-25"), str)
     assert isinstance(
-        mb.requests_for_legacy_client({"x": {"method": "tools/call"}}, ALL_CAPS, "2025-11-25"), str
+        mb.requests_for_legacy_client(inputs, {"roots": {}}, "2025-11-25", lambda: "e-1"), str
+    )
+    assert isinstance(mb.requests_for_legacy_client([], ALL_CAPS, "2025-11-25", lambda: "e-1"), str)
+    assert isinstance(
+        mb.requests_for_legacy_client(
+            {"x": {"method": "tools/call"}}, ALL_CAPS, "2025-11-25", lambda: "e-1"
+        ),
+        str,
     )
 
 
 def test_retry_params_echo_state_exactly_and_only_if_sent() -> None:
     original = {"name": "t", "arguments": {}, "inputResponses": {"old": 1}, "requestState": "o"}
-    assert mb.retry_params(original, {"k": {}}, "S") == {
+    assert mrtr_shapes.retry_params(original, {"k": {}}, "S") == {
         "name": "t",
         "arguments": {},
         "inputResponses": {"k": {}},
         "requestState": "S",
     }
-    assert "requestState" not in mb.retry_params(original, {}, None)
+    assert "requestState" not in mrtr_shapes.retry_params(original, {}, None)
 
 
 def test_url_elicitation_required_error() -> None:

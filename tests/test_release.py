@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 
 from gateway import wire
-from gateway.fronts.http_front import HttpFront
+from gateway.fronts import http_front
 from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import UpstreamGone, UpstreamSession, UpstreamTimeout
@@ -243,7 +243,7 @@ def _break_answer(monkeypatch: pytest.MonkeyPatch, g: HttpGateway) -> None:
     async def answer(*args: Any, **kwargs: Any) -> None:
         raise Injected("answer")
 
-    monkeypatch.setattr(HttpFront, "_answer", answer)
+    monkeypatch.setattr(http_front, "answer_request", answer)
 
 
 HTTP_STEPS = {"open the stream": _break_open, "hand over": _break_handle, "answer": _break_answer}
@@ -264,10 +264,10 @@ async def test_http_failure_at_each_step_releases_the_in_progress_count(
             with pytest.raises((Injected, BaseExceptionGroup)) as caught:
                 await g.modern("tools/call", {"name": "x"})
             assert _is_injected(caught.value)
-        assert g.front._busy == {}
+        assert g.front.access.busy == {}
         monkeypatch.undo()
         await wait_released(g.service)
         assert g.service.links == links
         for _ in range(3):
             assert (await g.modern("tools/call", {"name": "x"})).status_code == 200
-        assert g.front._busy == {}
+        assert g.front.access.busy == {}

@@ -10,6 +10,11 @@ import anyio
 import pytest
 
 from gateway import era, wire
+from gateway.config import Config
+from gateway.core.routing import Forward, LegacyClientSession, Shape
+from gateway.runtime.client_link import ClientLink
+from gateway.runtime.legacy_input import LegacyInputLoop
+from gateway.runtime.upstream_session import SessionKey, UpstreamSession
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -505,3 +510,60 @@ async def test_cache_hints_reflect_whether_the_server_notifies_changes() -> None
     # 2026-07-28 "Caching", "Interaction with Notifications".
     assert tools["result"]["ttlMs"] == 60_000
     assert prompts["result"]["ttlMs"] == 0
+
+
+# -- what the gateway answers in the server's stead carries the client's id ------------
+# Issue #11: "Replies are built with a placeholder id 0 and given the real id
+# later (upstream_session.py, legacy_input.py, service.py) — a contract written
+# nowhere." The client's id now goes down with the call.
+
+
+class _Pipe:
+    """An upstream channel that takes what is written and never answers."""
+
+    def __init__(self) -> None:
+        self.sent: list[wire.Message] = []
+
+    async def send(self, msg: wire.Message) -> None:
+        self.sent.append(msg)
+
+    def send_nowait(self, msg: wire.Message) -> None:
+        self.sent.append(msg)
+
+    async def receive_batch(self) -> list[wire.Message]:
+        await anyio.sleep_forever()
+        return []
+
+
+async def test_a_call_the_upstream_leaves_unanswered_fails_under_the_clients_id() -> None:
+    """A fast-path call whose server goes away is failed by the session with
+    the gateway's error (`upstream-failed`) under the client's own request
+    id, not a placeholder the caller must remember to replace."""
+    session = UpstreamSession(_Pipe(), SessionKey("local", frozenset()), "test")
+    got: list[wire.Message] = []
+    upstream_id = session.start_call(
+        "tools/call", {"name": "t"}, got.append, timeout=5, client_id="client-7"
+    )
+    session.close("the server exited")
+    assert upstream_id not in session.pending
+    (reply,) = got
+    assert reply["id"] == "client-7"
+    assert reply["error"]["data"]["reason"] == "upstream-failed"
+
+
+async def test_the_legacy_input_loop_answers_under_the_clients_id() -> None:
+    """DESIGN §5.2.5: a modern server's malformed input_required ends a legacy
+    client's call with the gateway's error — under the client's id."""
+
+    async def never(*args: object) -> wire.Message:
+        raise AssertionError("nothing goes upstream for a malformed input_required")
+
+    link = ClientLink(send=_Pipe().send, send_nowait=_Pipe().send_nowait)
+    link.session = LegacyClientSession("2025-11-25", {"elicitation": {}}, None)
+    loop = LegacyInputLoop(Config(command=("x",)), never)
+    decision = Forward("tools/call", {"name": "t"}, Shape.TO_LEGACY, era.Era.LEGACY)
+    session = UpstreamSession(_Pipe(), SessionKey("*", frozenset()), "test")
+    bad = wire.result_response(3, {"resultType": "input_required", "inputRequests": [1]})
+    reply = await loop.complete(link, decision, session, bad, "client-9")
+    assert reply["id"] == "client-9"
+    assert reply["error"]["data"]["reason"] == "upstream-malformed"

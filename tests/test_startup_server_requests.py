@@ -264,3 +264,61 @@ async def test_the_refusal_is_one_log_line_however_often() -> None:
                 assert "result" in await c.call("tools/list", _meta(ROOTS_CAPS))
     assert len(answers) == 5 and all("error" in a for a in answers)
     assert [e["event"] for e in logs].count("server request refused") == 1
+
+
+class LateStartupAsk:
+    """A legacy server that asks roots/list a while after initialized (as
+    server-everything does, 350 ms later), so that the request lands while a
+    modern client's first tools/call is in flight, on the gateway's default
+    session (which declares every client feature upstream)."""
+
+    def __init__(self) -> None:
+        self.answers: list[wire.Message] = []
+        self.calling = anyio.Event()
+        self.asked = anyio.Event()
+
+    async def at_start(self, server: ScriptedServer) -> None:
+        await self.calling.wait()
+        self.answers.append(await server.ask("roots/list"))
+        self.asked.set()
+
+    async def tools_call(self, server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        self.calling.set()
+        await self.asked.wait()
+        return {"content": [{"type": "text", "text": "done"}]}
+
+    def behaviour(self) -> Any:
+        return legacy_server({"tools/call": self.tools_call}, on_initialized=self.at_start)
+
+
+async def test_a_start_up_roots_request_during_a_call_without_roots_fails_no_call() -> None:
+    """Issue 10: "a request the server sends at session start must never fail
+    that call". The compat matrix caught it under load: server-everything's
+    roots/list (350 ms after initialized) met a modern client's tools/call that
+    declared no roots, and the call got -32021. Roots are the session's: the
+    server gets an error instead, and one log line says why."""
+    asker = LateStartupAsk()
+    with structlog.testing.capture_logs() as logs:
+        async with gateway(asker.behaviour()) as c:
+            done = await c.call("tools/call", {"name": "read", "arguments": {}, **_meta({})})
+    assert done["result"]["content"][0]["text"] == "done", done
+    [answer] = asker.answers
+    assert answer["error"]["code"] == wire.METHOD_NOT_FOUND
+    [refused] = [e for e in logs if e["event"] == "server request refused"]
+    assert "roots belong to the session" in refused["why"] and "tools/call" in refused["why"]
+
+
+async def test_sampling_during_the_one_call_of_a_client_without_it_gets_32021() -> None:
+    """2026-07-28 "Per-request protocol fields" (the conformance suite's
+    sep-2575-server-rejects-undeclared-capability): sampling asked during the
+    one call of a modern client that declared no client features is that
+    call's need, early in the session or late: the call gets -32021."""
+    answers: list[wire.Message] = []
+
+    async def tools_call(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        answers.append(await server.ask("sampling/createMessage", {"messages": [], "maxTokens": 3}))
+        return {"content": [{"type": "text", "text": "sampled"}]}
+
+    async with gateway(legacy_server({"tools/call": tools_call})) as c:
+        failed = await c.call("tools/call", {"name": "read", "arguments": {}, **_meta({})})
+    assert failed["error"]["code"] == -32021, failed

@@ -20,8 +20,7 @@ import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
 import anyio
 import orjson
@@ -31,15 +30,16 @@ from anyio.abc import TaskGroup
 from gateway import era, wire
 from gateway.backs import http_wire
 from gateway.backs.http_client import HttpClient, HttpClientError, Response, Timeout
-from gateway.backs.http_wire import HeaderParam, SseParser
-from gateway.core import upstream_checks
+from gateway.backs.http_wire import SseParser
+from gateway.core import backoff, http_binding, upstream_checks
 from gateway.log_limit import LogLimiter
+from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
 
 _ids = itertools.count(1)
-# A legacy GET stream that broke is reopened after this (doubling), unless the
-# server's `retry` field says otherwise.
+# A legacy GET stream that ended or broke is reopened after this, or after the
+# server's `retry` hint, doubling while it keeps failing (core/backoff).
 _GET_RETRY_FIRST = 1.0
 _GET_RETRY_MAX = 30.0
 # A legacy call's stream that the server closed before the reply is resumed
@@ -58,7 +58,7 @@ _MAX_TOOL_PAGES = 50
 Deliver = Callable[[wire.Message], None]
 
 
-class HttpConnectionEnded(Exception):
+class HttpConnectionEnded(ConnectionLost):
     """The upstream session is over (closed by us, or ended by the server)."""
 
 
@@ -139,7 +139,7 @@ class HttpServerConnection:
         self._stopped = anyio.Event()
         self._inflight: dict[wire.RequestId, _Inflight] = {}
         self._delete_scope: anyio.CancelScope | None = None
-        self._tool_params: dict[str, tuple[HeaderParam, ...]] = {}
+        self._tool_params: dict[str, tuple[http_binding.HeaderParam, ...]] = {}
         self._tools_generation = 0
         self._tools_lock = anyio.Lock()
         self._own_ids = itertools.count(1)
@@ -329,7 +329,7 @@ class HttpServerConnection:
         if self.legacy_version is not None:
             headers["MCP-Protocol-Version"] = self.legacy_version
         elif self.session_id is None and era.is_modern(msg):
-            headers.update(http_wire.modern_headers(msg, self._tool_params))
+            headers.update(http_binding.modern_headers(msg, self._tool_params))
         return headers
 
     # -- requests --------------------------------------------------------------------
@@ -637,8 +637,8 @@ class HttpServerConnection:
                 kept.append(tool)
                 continue
             try:
-                params = http_wire.tool_header_params(tool)
-            except http_wire.InvalidAnnotation as exc:
+                params = http_binding.tool_header_params(tool)
+            except http_binding.InvalidAnnotation as exc:
                 log.warning("upstream tool excluded", tool=tool["name"], reason=str(exc))
                 self._tool_params.pop(tool["name"], None)
                 continue
@@ -713,7 +713,8 @@ class HttpServerConnection:
 
     # -- the legacy GET stream --------------------------------------------------------
     async def _run_get_stream(self) -> None:
-        delay = _GET_RETRY_FIRST
+        failures = 0  # ends of the stream since it last opened
+        hint: float | None = None  # the server's `retry`, in seconds
         while self._ended is None:  # each pass opens the stream once
             headers = {**self._headers({}), "Accept": "text/event-stream"}
             headers.pop("Content-Type", None)
@@ -733,17 +734,19 @@ class HttpServerConnection:
                         log.warning("upstream GET stream refused", status=status, ctype=ctype)
                         return
                     if resp.is_success:
-                        delay = _GET_RETRY_FIRST
+                        failures, hint = 0, None
                         parser = SseParser(self._max_bytes)
                         async for chunk in resp.aiter_bytes():
                             for event in parser.feed(chunk):
                                 if event.retry is not None:
-                                    delay = event.retry / 1000
+                                    hint = event.retry / 1000
                                 self._handle_event(event, self._push_unattached, None)
             except HttpClientError as exc:
                 log.debug("upstream GET stream broke", error=_describe(exc))
-            await anyio.sleep(delay)
-            delay = min(delay * 2, _GET_RETRY_MAX)
+            failures += 1
+            first = _GET_RETRY_FIRST if hint is None else hint
+            # Never sooner than the server asked, even past our own cap.
+            await self.sleep(backoff.delay(failures, first, max(first, _GET_RETRY_MAX)))
 
     async def _delete_session(self) -> None:
         """2025-11-25: a client that no longer needs its session DELETEs it
@@ -823,96 +826,6 @@ class HttpServerConnection:
                 if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
                     self.legacy_version = result["protocolVersion"]
         self._push(msg)
-
-
-class HttpSettings(Protocol):
-    """What the connector reads of the gateway's Config (backs sit below config)."""
-
-    @property
-    def upstream_url(self) -> str | None: ...
-    @property
-    def upstream_headers(self) -> dict[str, str]: ...
-    @property
-    def probe_timeout(self) -> float: ...
-    @property
-    def request_timeout(self) -> float: ...
-    @property
-    def max_message_bytes(self) -> int: ...
-
-
-class HttpConnector:
-    """Makes the HTTP connections of one pool over one shared keep-alive client."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 30.0,
-        max_bytes: int = 4 * 1024 * 1024,
-    ) -> None:
-        self.url = url
-        self._headers = dict(headers or {})
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
-        self._max_bytes = max_bytes
-        self._client: HttpClient | None = None
-
-    @classmethod
-    def from_config(cls, config: HttpSettings) -> HttpConnector:
-        """Config → connector. Connecting is bounded by `probe_timeout` (a
-        server that cannot be reached within it would fail the probe anyway);
-        short exchanges (notifications, DELETE, the endpoint wait) by
-        `request_timeout`; requests by the session's own timeouts."""
-        assert config.upstream_url is not None
-        return cls(
-            config.upstream_url,
-            headers=config.upstream_headers,
-            connect_timeout=config.probe_timeout,
-            read_timeout=config.request_timeout,
-            max_bytes=config.max_message_bytes,
-        )
-
-    async def connect(self, headers: Mapping[str, str] | None = None) -> HttpServerConnection:
-        """A new connection; `headers` (a forwarded client credential) are
-        sent on its every request, over the configured upstream headers."""
-        if self._client is None:
-            # HTTP/1.1 keep-alive; no connection cap, since each in-flight call
-            # holds one and calls are bounded upstream of here.
-            self._client = HttpClient(max_idle=32)
-        connection = HttpServerConnection(
-            self._client,
-            self.url,
-            headers={**self._headers, **(headers or {})},
-            connect_timeout=self._connect_timeout,
-            read_timeout=self._read_timeout,
-            max_bytes=self._max_bytes,
-        )
-        log.info("upstream http connection", url=self.url, id=connection.pid)
-        return connection
-
-    async def reachable(self, timeout: float) -> bool:
-        """Whether the upstream accepts a TCP connection now: after an outage,
-        a server that is back is tried at once rather than after the backoff.
-        Only the connect is tried (no TLS, no request): it is cheap and says
-        what the backoff guesses at."""
-        parts = urlsplit(self.url)
-        if not parts.hostname:
-            return False
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            with anyio.fail_after(timeout):
-                stream = await anyio.connect_tcp(parts.hostname, port)
-        except (OSError, TimeoutError):
-            return False  # refused, unreachable or silent: wait out the backoff
-        await stream.aclose()
-        return True
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
 
 
 def _ignore(event: http_wire.SseEvent) -> None:

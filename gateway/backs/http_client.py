@@ -27,6 +27,8 @@ import anyio
 import anyio.abc
 import h11
 
+from gateway.upstream_errors import UpstreamError
+
 _READ_SIZE = 65536
 _MAX_HEADER_BYTES = 64 * 1024
 _MAX_REDIRECTS = 5
@@ -36,9 +38,12 @@ _SAME_METHOD = (307, 308)
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
-class HttpClientError(Exception):
+class HttpClientError(UpstreamError):
     """The exchange failed below HTTP: connect, TLS, a broken stream, a
-    timeout, or a peer that does not speak HTTP/1.1."""
+    timeout, or a peer that does not speak HTTP/1.1. The client's own
+    transport exceptions (OSError, ssl, h11, anyio) become this at its I/O
+    boundary, each stage saying what failed; the HTTP back turns it into
+    the failed call's answer."""
 
 
 @dataclass(frozen=True, slots=True)

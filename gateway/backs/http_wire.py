@@ -1,12 +1,11 @@
-"""Streamable HTTP details of the HTTP back that need no I/O: the SSE parser,
-the request metadata headers (2026-07-28 streamable-http "Request Metadata",
-"Custom Headers from Tool Parameters", "Value Encoding"), and HTTP failures
-turned into JSON-RPC replies. Pure functions over bytes, strings and dicts.
+"""Streamable HTTP details of the HTTP back that need no I/O: the SSE parser
+and HTTP failures turned into JSON-RPC replies. Pure functions over bytes,
+strings and dicts. The request metadata headers are the binding's
+(`gateway.core.http_binding`), shared with the HTTP front.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -14,128 +13,11 @@ from urllib.parse import urljoin, urlsplit
 import orjson
 
 from gateway import era, wire
-from gateway.core.http_binding import UNAUTHORIZED_REASON, encode_value, header_text
+from gateway.core.http_binding import UNAUTHORIZED_REASON
 
 ACCEPT = "application/json, text/event-stream"
-# Requests whose target is mirrored in Mcp-Name, and where it comes from.
-NAME_SOURCE = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-# RFC 9110 §5.1 field-name token (`1*tchar`).
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_PRIMITIVE = frozenset({"string", "integer", "boolean"})
-# Schema keywords whose values are instance data, not subschemas: an
-# "x-mcp-header" key inside a default value is data, not an annotation.
-_DATA_KEYWORDS = frozenset({"default", "examples", "example", "const", "enum"})
 # How much of a non-JSON-RPC error body is quoted in the error we make of it.
 _SNIPPET = 200
-
-
-# -- header values ------------------------------------------------------------
-def _safe_token_value(value: object) -> str | None:
-    """A value for a header the spec gives no encoding (version, method)."""
-    if isinstance(value, str) and value and all("!" <= ch <= "~" for ch in value):
-        return value
-    return None
-
-
-# -- x-mcp-header annotations ---------------------------------------------------
-class InvalidAnnotation(ValueError):
-    """A tool whose `x-mcp-header` annotations break the spec's constraints."""
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderParam:
-    """One annotated argument: where it is in `arguments`, and its header name."""
-
-    path: tuple[str, ...]
-    name: str
-
-
-def tool_header_params(tool: dict[str, Any]) -> tuple[HeaderParam, ...]:
-    """The annotated arguments of a tool definition; InvalidAnnotation if any
-    annotation breaks 2026-07-28 "Schema Extension" (then the tool must be
-    excluded from tools/list)."""
-    found: list[HeaderParam] = []
-    _walk(tool.get("inputSchema"), (), True, found)
-    seen: set[str] = set()
-    for param in found:
-        key = param.name.lower()
-        if key in seen:
-            raise InvalidAnnotation(f"x-mcp-header {param.name!r} is used twice")
-        seen.add(key)
-    return tuple(found)
-
-
-def _walk(node: object, path: tuple[str, ...], reachable: bool, out: list[HeaderParam]) -> None:
-    """Collect annotations; `reachable` says the path from the root is made of
-    `properties` keys only ("statically reachable")."""
-    if isinstance(node, list):
-        for item in node:
-            _walk(item, path, False, out)
-        return
-    if not isinstance(node, dict):
-        return
-    for key, value in node.items():
-        if key == "x-mcp-header":
-            out.append(_annotation(node, value, path, reachable))
-        elif key == "properties" and isinstance(value, dict):
-            for name, sub in value.items():
-                _walk(sub, (*path, str(name)), reachable, out)
-        elif key not in _DATA_KEYWORDS:
-            _walk(value, path, False, out)
-
-
-def _annotation(
-    schema: dict[str, Any], name: object, path: tuple[str, ...], reachable: bool
-) -> HeaderParam:
-    where = "/".join(path) or "the schema root"
-    if not reachable or not path:
-        raise InvalidAnnotation(f"x-mcp-header at {where} is not statically reachable")
-    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
-        raise InvalidAnnotation(f"x-mcp-header {name!r} at {where} is not an HTTP token")
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
-    # A schema without "type" cannot be shown to break the rule: accept it.
-    if any(k != "null" and k not in _PRIMITIVE for k in kinds):
-        raise InvalidAnnotation(f"x-mcp-header {name!r} at {where} is on a {kind!r} property")
-    return HeaderParam(path, name)
-
-
-def param_headers(params: tuple[HeaderParam, ...], arguments: object) -> dict[str, str]:
-    """The `Mcp-Param-*` headers of one call ("Client Behavior" 3-5): a value
-    absent or null at the annotated path means no header."""
-    headers: dict[str, str] = {}
-    for param in params:
-        value: object = arguments
-        for step in param.path:
-            value = value.get(step) if isinstance(value, dict) else None
-        text = header_text(value)
-        if text is not None:
-            headers[f"Mcp-Param-{param.name}"] = encode_value(text)
-    return headers
-
-
-def modern_headers(
-    msg: wire.Message, params_of: dict[str, tuple[HeaderParam, ...]]
-) -> dict[str, str]:
-    """MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* of a modern
-    request; `params_of` maps tool names to their annotated arguments."""
-    meta = era.meta_of(msg) or {}
-    headers: dict[str, str] = {}
-    version = _safe_token_value(meta.get(era.PROTOCOL_VERSION))
-    if version is not None:
-        headers["MCP-Protocol-Version"] = version
-    method = msg.get("method")
-    safe_method = _safe_token_value(method)
-    if safe_method is not None:
-        headers["Mcp-Method"] = safe_method
-    raw = msg.get("params")
-    params: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    source = NAME_SOURCE.get(method) if isinstance(method, str) else None
-    if source is not None and isinstance(params.get(source), str):
-        headers["Mcp-Name"] = encode_value(params[source])
-    if method == "tools/call" and isinstance(params.get("name"), str):
-        headers.update(param_headers(params_of.get(params["name"], ()), params.get("arguments")))
-    return headers
 
 
 def modern_meta(msg: wire.Message) -> dict[str, Any]:
@@ -167,11 +49,7 @@ def is_modern_error(reply: wire.Message | None) -> bool:
     the server speaks modern MCP, so no fallback to an older transport."""
     if reply is None:
         return False
-    return reply.get("error", {}).get("code") in (
-        wire.HEADER_MISMATCH,
-        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
-        wire.UNSUPPORTED_PROTOCOL_VERSION,
-    )
+    return reply.get("error", {}).get("code") in era.MODERN_ERRORS
 
 
 def refusal_reply(

@@ -24,6 +24,7 @@ from gateway import wire
 from gateway.core import upstream_checks
 from gateway.log_limit import LogLimiter
 from gateway.pipes import PipeReader, PipeWriter
+from gateway.upstream_errors import ConnectionLost, ServerNotStarted, map_exceptions
 
 log = structlog.get_logger("gateway.backs.stdio")
 
@@ -66,13 +67,17 @@ def stderr_summary(tail: Sequence[str]) -> str:
     return " | ".join(quoted)
 
 
-class ServerExited(Exception):
+class ServerExited(ConnectionLost):
     def __init__(self, returncode: int | None, stderr: Sequence[str] = ()) -> None:
         text = f"upstream server exited (code {returncode})"
         summary = stderr_summary(stderr)
         super().__init__(f"{text}; its stderr ends: {summary}" if summary else text)
         self.returncode = returncode
         self.stderr = list(stderr)
+
+
+def _not_started(exc: Exception) -> ServerNotStarted:
+    return ServerNotStarted(str(exc))
 
 
 class ServerOutput:
@@ -165,20 +170,22 @@ class StdioServerProcess:
         cwd: str | None = None,
     ) -> StdioServerProcess:
         full_env = {**os.environ, **env} if env else None
-        popen = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is quick; the pipes are async
-            list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=full_env,
-            cwd=cwd,
-            # Its own process group: a Ctrl-C at our terminal is ours to handle,
-            # and we decide when the server stops (and signal its children too).
-            start_new_session=True,
-            # The gateway runs no threads of its own when it spawns; the hook
-            # only calls prctl.
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-        )
+        # No such command, no permission, no such cwd: the OS's own words.
+        with map_exceptions({OSError: _not_started}):
+            popen = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is quick; the pipes are async
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                cwd=cwd,
+                # Its own process group: a Ctrl-C at our terminal is ours to handle,
+                # and we decide when the server stops (and signal its children too).
+                start_new_session=True,
+                # The gateway runs no threads of its own when it spawns; the hook
+                # only calls prctl.
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
         log.info("upstream started", pid=popen.pid, command=list(command))
         return cls(popen, command, max_bytes)
 
@@ -187,20 +194,24 @@ class StdioServerProcess:
         return self._popen.poll()
 
     # -- writing ---------------------------------------------------------
+    def _writing(self) -> contextlib.AbstractContextManager[None]:
+        """The one place this back's write failures become upstream errors:
+        a broken stdin pipe is the server's exit."""
+        return map_exceptions({anyio.BrokenResourceError: self._exited})
+
+    def _exited(self, exc: Exception) -> ServerExited:
+        return ServerExited(self.returncode)
+
     def send_nowait(self, msg: wire.Message) -> None:
         if self.tap is not None:
             self.tap("to-server", msg)
-        try:
+        with self._writing():
             self._stdin.write(wire.encode(msg))
-        except anyio.BrokenResourceError as exc:
-            raise ServerExited(self.returncode) from exc
 
     async def send(self, msg: wire.Message) -> None:
         self.send_nowait(msg)
-        try:
+        with self._writing():
             await self._stdin.drain()
-        except anyio.BrokenResourceError as exc:
-            raise ServerExited(self.returncode) from exc
 
     def cork(self) -> None:
         self._stdin.cork()

@@ -14,30 +14,16 @@ from typing import Any
 from gateway import era, wire
 from gateway.core import upstream_checks
 
-# Errors only a modern server sends (2026-07-28 "Error Codes").
-MODERN_ERRORS = frozenset(
-    {
-        wire.HEADER_MISMATCH,
-        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
-        wire.UNSUPPORTED_PROTOCOL_VERSION,
+
+def discover_params(version: str, client_info: dict[str, Any]) -> dict[str, Any]:
+    """The params of the gateway's `server/discover` probe."""
+    return {
+        "_meta": {
+            era.PROTOCOL_VERSION: version,
+            era.CLIENT_CAPABILITIES: {},
+            era.CLIENT_INFO: client_info,
+        }
     }
-)
-
-
-def discover_request(
-    msg_id: wire.RequestId, version: str, client_info: dict[str, Any]
-) -> wire.Message:
-    return wire.request(
-        msg_id,
-        "server/discover",
-        {
-            "_meta": {
-                era.PROTOCOL_VERSION: version,
-                era.CLIENT_CAPABILITIES: {},
-                era.CLIENT_INFO: client_info,
-            }
-        },
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +58,7 @@ def judge(reply: wire.Message, ours: tuple[str, ...] = era.MODERN_VERSIONS) -> P
         return ProbeVerdict(era.Era.LEGACY, reason="result is not a DiscoverResult")
     error = reply.get("error") or {}
     code = error.get("code")
-    if code in MODERN_ERRORS:
+    if code in era.MODERN_ERRORS:
         data = error.get("data")
         supported = data.get("supported") if isinstance(data, dict) else None
         if code == wire.UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list):

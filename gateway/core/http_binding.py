@@ -1,20 +1,33 @@
 """The Streamable HTTP binding's rules, as pure functions (2026-07-28
-basic/transports/streamable-http: "Request Metadata", "Value Encoding",
-"Server Validation"; 2025-11-25 basic/transports)."""
+basic/transports/streamable-http: "Request Metadata", "Custom Headers from
+Tool Parameters", "Value Encoding", "Server Validation"; 2025-11-25
+basic/transports), written once for both sides: the HTTP back writes the
+headers a modern request carries, the HTTP front checks them against the body,
+and both read a tool's `x-mcp-header` annotations with the same parser."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gateway import era, wire
 
 SENTINEL_PREFIX = "=?base64?"
 SENTINEL_SUFFIX = "?="
-# "Request Metadata": the methods whose name or uri travels in Mcp-Name.
+# "Standard Request Headers": the methods whose name or uri travels in Mcp-Name.
 NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+PARAM_PREFIX = "Mcp-Param-"
+# RFC 9110 §5.1 field-name token (`1*tchar`): "Schema Extension".
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_PRIMITIVE = frozenset({"string", "integer", "boolean"})
+# Schema keywords whose values are instance data, not subschemas: an
+# "x-mcp-header" key inside a default value is data, not an annotation.
+_DATA_KEYWORDS = frozenset({"default", "examples", "example", "const", "enum"})
 
 # The HTTP status of a modern JSON error response ("Protocol Version Header",
 # "Server Validation", "Per-request protocol fields").
@@ -103,26 +116,135 @@ def header_text(value: object) -> str | None:
 
 def _same(header: str, body: Any) -> bool:
     if isinstance(body, int | float) and not isinstance(body, bool):
-        # "Server Validation": compare integers numerically (42.0 == 42).
+        # "Server Validation": compare numbers numerically (42.0 == 42), and
+        # exactly: through a float, integers past 2**53 that differ compare
+        # equal, and the header an intermediary read would not be the body's.
         try:
-            return float(header) == float(body)
-        except ValueError:
+            return Decimal(header) == body
+        except InvalidOperation:
             return False
     return header == header_text(body)
 
 
-def param_headers(tool: Mapping[str, Any]) -> dict[str, str]:
-    """`Mcp-Param-*` names (lower case) → argument names, from a tool's
-    `x-mcp-header` annotations."""
-    schema = tool.get("inputSchema")
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    out: dict[str, str] = {}
-    if isinstance(props, dict):
-        for prop, spec in props.items():
-            name = spec.get("x-mcp-header") if isinstance(spec, dict) else None
-            if isinstance(name, str) and name:
-                out[f"mcp-param-{name.lower()}"] = prop
-    return out
+# -- x-mcp-header annotations ("Schema Extension") -------------------------------
+class InvalidAnnotation(ValueError):
+    """A tool whose `x-mcp-header` annotations break the spec's constraints."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderParam:
+    """One annotated argument: where it is in `arguments`, and its header name."""
+
+    path: tuple[str, ...]
+    name: str
+
+    @property
+    def header(self) -> str:
+        return PARAM_PREFIX + self.name
+
+
+def tool_header_params(tool: Mapping[str, Any]) -> tuple[HeaderParam, ...]:
+    """The annotated arguments of a tool definition; InvalidAnnotation if any
+    annotation breaks "Schema Extension" (a client must then exclude the tool
+    from tools/list; a server expects no headers for it)."""
+    found: list[HeaderParam] = []
+    _walk(tool.get("inputSchema"), (), True, found)
+    seen: set[str] = set()
+    for param in found:
+        key = param.name.lower()
+        if key in seen:
+            raise InvalidAnnotation(f"x-mcp-header {param.name!r} is used twice")
+        seen.add(key)
+    return tuple(found)
+
+
+def _walk(node: object, path: tuple[str, ...], reachable: bool, out: list[HeaderParam]) -> None:
+    """Collect annotations; `reachable` says the path from the root is made of
+    `properties` keys only ("statically reachable")."""
+    if isinstance(node, list):
+        for item in node:
+            _walk(item, path, False, out)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "x-mcp-header":
+            out.append(_annotation(node, value, path, reachable))
+        elif key == "properties" and isinstance(value, dict):
+            for name, sub in value.items():
+                _walk(sub, (*path, str(name)), reachable, out)
+        elif key not in _DATA_KEYWORDS:
+            _walk(value, path, False, out)
+
+
+def _annotation(
+    schema: dict[str, Any], name: object, path: tuple[str, ...], reachable: bool
+) -> HeaderParam:
+    where = "/".join(path) or "the schema root"
+    if not reachable or not path:
+        raise InvalidAnnotation(f"x-mcp-header at {where} is not statically reachable")
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        raise InvalidAnnotation(f"x-mcp-header {name!r} at {where} is not an HTTP token")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    # A schema without "type" cannot be shown to break the rule: accept it.
+    if any(k != "null" and k not in _PRIMITIVE for k in kinds):
+        raise InvalidAnnotation(f"x-mcp-header {name!r} at {where} is on a {kind!r} property")
+    return HeaderParam(path, name)
+
+
+def value_at(arguments: object, path: tuple[str, ...]) -> object:
+    """The argument at an annotated path, None where there is none."""
+    value = arguments
+    for step in path:
+        value = value.get(step) if isinstance(value, dict) else None
+    return value
+
+
+# -- the client side: the headers a modern request carries ------------------------
+def _safe_token_value(value: object) -> str | None:
+    """A value for a header the spec gives no encoding (version, method)."""
+    if isinstance(value, str) and value and all("!" <= ch <= "~" for ch in value):
+        return value
+    return None
+
+
+def param_headers(params: tuple[HeaderParam, ...], arguments: object) -> dict[str, str]:
+    """The `Mcp-Param-*` headers of one call ("Client Behavior" 3-5): a value
+    absent or null at the annotated path means no header."""
+    headers: dict[str, str] = {}
+    for param in params:
+        text = header_text(value_at(arguments, param.path))
+        if text is not None:
+            headers[param.header] = encode_value(text)
+    return headers
+
+
+def modern_headers(
+    msg: wire.Message, params_of: Mapping[str, tuple[HeaderParam, ...]]
+) -> dict[str, str]:
+    """MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* of a modern
+    request; `params_of` maps tool names to their annotated arguments."""
+    meta = era.meta_of(msg) or {}
+    headers: dict[str, str] = {}
+    version = _safe_token_value(meta.get(era.PROTOCOL_VERSION))
+    if version is not None:
+        headers["MCP-Protocol-Version"] = version
+    method = msg.get("method")
+    safe_method = _safe_token_value(method)
+    if safe_method is not None:
+        headers["Mcp-Method"] = safe_method
+    raw = msg.get("params")
+    params: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    source = NAMED.get(method) if isinstance(method, str) else None
+    if source is not None and isinstance(params.get(source), str):
+        headers["Mcp-Name"] = encode_value(params[source])
+    if method == "tools/call" and isinstance(params.get("name"), str):
+        headers.update(param_headers(params_of.get(params["name"], ()), params.get("arguments")))
+    return headers
+
+
+# -- the server side: do the headers agree with the body? -------------------------
 
 
 def mismatch(msg_id: wire.RequestId | None, why: str) -> wire.Message:
@@ -132,11 +254,11 @@ def mismatch(msg_id: wire.RequestId | None, why: str) -> wire.Message:
 def check_modern_headers(
     headers: Mapping[str, str],
     msg: wire.Message,
-    tool_params: Mapping[str, str] | None = None,
+    tool_params: tuple[HeaderParam, ...] | None = None,
 ) -> wire.Message | None:
     """The -32020 answer for a modern POST whose headers disagree with its
-    body, or None. `headers` has lower-case names; `tool_params` maps the
-    called tool's Mcp-Param-* headers to argument names, when known."""
+    body, or None. `headers` has lower-case names; `tool_params` are the
+    called tool's annotated arguments, when known."""
     msg_id = msg.get("id")
     meta = era.meta_of(msg) or {}
     version = headers.get("mcp-protocol-version")
@@ -159,18 +281,25 @@ def check_modern_headers(
         if name is None or name != params.get(field):
             return mismatch(msg_id, f"Mcp-Name does not match the body's {field}")
     if msg["method"] == "tools/call" and tool_params:
-        args = params.get("arguments") or {}
-        for header, prop in tool_params.items():
-            expected = header_text(args.get(prop)) if isinstance(args, dict) else None
+        args = params.get("arguments")
+        for param in tool_params:
+            header = param.header.lower()
+            prop = "/".join(param.path)
+            body = value_at(args, param.path)
             raw = headers.get(header)
-            if expected is None:
+            if header_text(body) is None:
+                # No value (absent, null, not a primitive): a client sends no
+                # header, and one that does names a value the body does not
+                # carry, which is what "Server Validation" exists to refuse.
+                if raw is not None:
+                    return mismatch(msg_id, f"the {header} header names no argument {prop!r}")
                 continue
             if raw is None:
                 return mismatch(msg_id, f"the {header} header is required (argument {prop!r})")
             value = decode_value(raw)
             if value is None:
                 return mismatch(msg_id, f"the {header} header has invalid characters")
-            if not _same(value, args.get(prop)):
+            if not _same(value, body):
                 return mismatch(msg_id, f"the {header} header does not match argument {prop!r}")
     return None
 
@@ -181,3 +310,31 @@ def accepts_json_and_sse(accept: str | None) -> bool:
         return False
     kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
     return "*/*" in kinds or {"application/json", "text/event-stream"} <= kinds
+
+
+class ToolHeaderCache:
+    """The x-mcp-header parameters of each tool, learnt from tools/list
+    results, to validate the Mcp-Param-* headers of later calls."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, tuple[HeaderParam, ...]] = {}
+
+    def params(self, name: str) -> tuple[HeaderParam, ...] | None:
+        return self._tools.get(name)
+
+    def known(self) -> dict[str, tuple[HeaderParam, ...]]:
+        return dict(self._tools)
+
+    def observe(self, reply: dict[str, Any]) -> None:
+        result = reply.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                try:
+                    self._tools[tool["name"]] = tool_header_params(tool)
+                except InvalidAnnotation:
+                    # A client excludes the tool ("Schema Extension"), so no
+                    # header of a call to it is one the front knows.
+                    self._tools.pop(tool["name"], None)

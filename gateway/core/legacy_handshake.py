@@ -21,21 +21,11 @@ class HandshakeError(Exception):
     pass
 
 
-def initialize_request(
-    msg_id: wire.RequestId,
-    capabilities: dict[str, Any],
-    client_info: dict[str, Any],
-    version: str = era.NEWEST_LEGACY,
-) -> wire.Message:
-    return wire.request(
-        msg_id,
-        "initialize",
-        {
-            "protocolVersion": version,
-            "capabilities": capabilities,
-            "clientInfo": client_info,
-        },
-    )
+def initialize_params(
+    capabilities: dict[str, Any], client_info: dict[str, Any], version: str = era.NEWEST_LEGACY
+) -> dict[str, Any]:
+    """The params of the gateway's `initialize` to a legacy server."""
+    return {"protocolVersion": version, "capabilities": capabilities, "clientInfo": client_info}
 
 
 def accept(reply: wire.Message) -> dict[str, Any]:

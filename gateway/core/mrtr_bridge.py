@@ -13,13 +13,14 @@ Two directions:
 from __future__ import annotations
 
 import hashlib
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway import era, wire
+from gateway.core import mrtr_shapes
 from gateway.core.request_state import Claims, Sealer, StateRejected
 
 __all__ = ["Claims", "HeldCall", "Prefilled", "Sealer", "StateRejected"]
@@ -237,11 +238,9 @@ class HeldCall:
                 nonce=nonce,
             )
         )
-        return {
-            "resultType": "input_required",
-            "inputRequests": {k: a.as_input_request() for k, a in self.asks.items()},
-            "requestState": token,
-        }
+        return mrtr_shapes.input_required(
+            {k: a.as_input_request() for k, a in self.asks.items()}, token
+        )
 
     def check_retry(self, claims: Claims, input_responses: object) -> None:
         """StateRejected if `accept_retry` would reject this retry; changes nothing."""
@@ -357,11 +356,15 @@ def url_refusal(input_responses: object) -> str | None:
 
 
 def requests_for_legacy_client(
-    input_requests: object, caps: dict[str, Any], version: str
+    input_requests: object,
+    caps: dict[str, Any],
+    version: str,
+    new_elicitation_id: Callable[[], str],
 ) -> dict[str, wire.Message] | str:
     """The server requests to send a legacy client, by input key; or why not.
 
-    URL elicitations get a minted `elicitationId` (2025-11-25 requires one);
+    URL elicitations without one get an `elicitationId` from
+    `new_elicitation_id` (2025-11-25 requires one; the caller mints it);
     clients older than 2025-11-25 never see URL mode.
     """
     if not isinstance(input_requests, dict):
@@ -380,20 +383,7 @@ def requests_for_legacy_client(
             return f"the server needs a URL elicitation, which protocol {version} does not have"
         if not client_supports(caps, method, params):
             return f"the server needs {method}, which the client did not declare"
-        if url_mode:
-            params.setdefault("elicitationId", str(uuid.uuid4()))
+        if url_mode and "elicitationId" not in params:
+            params["elicitationId"] = new_elicitation_id()
         out[key] = {"method": method, "params": params}
     return out
-
-
-def retry_params(
-    original: dict[str, Any] | None, responses: dict[str, Any], state: object
-) -> dict[str, Any]:
-    """The retry of the original request: same params, the answers, the exact state."""
-    params = {
-        k: v for k, v in (original or {}).items() if k not in ("inputResponses", "requestState")
-    }
-    params["inputResponses"] = responses
-    if isinstance(state, str):
-        params["requestState"] = state
-    return params

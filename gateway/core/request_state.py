@@ -19,9 +19,11 @@ from typing import Any
 
 import orjson
 
+from gateway.core import mrtr_shapes
+
 FORMAT = "g1"
 # Request fields that are MRTR plumbing, not part of what the call asks for.
-_NOT_SALIENT = ("_meta", "inputResponses", "requestState")
+_NOT_SALIENT = ("_meta", *mrtr_shapes.RETRY_PARAMS)
 
 
 class StateRejected(Exception):

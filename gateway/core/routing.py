@@ -237,7 +237,7 @@ def legacy_server_capabilities(modern_caps: dict[str, Any]) -> dict[str, Any]:
     """A modern server's capabilities as a legacy client sees them: the same,
     less what the legacy era has no place for. `listChanged` and `subscribe`
     stay: the session's upstream listen delivers them (DESIGN §5.2.6)."""
-    return era.server_caps_to_legacy(modern_caps)
+    return era.caps_to_legacy(modern_caps)
 
 
 def shape_reply(

@@ -34,5 +34,5 @@ def sse_start(*extra: tuple[bytes, bytes]) -> MutableMapping[str, Any]:
     }
 
 
-def body(data: bytes, *, more: bool) -> MutableMapping[str, Any]:
+def chunk(data: bytes, *, more: bool) -> MutableMapping[str, Any]:
     return {"type": "http.response.body", "body": data, "more_body": more}

@@ -18,8 +18,8 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import wire
+from gateway.client_link import CURRENT_REQUEST
 from gateway.log_limit import LogLimiter
-from gateway.runtime.client_link import CURRENT_REQUEST
 
 log = structlog.get_logger("gateway.fronts.http")
 # A client that reads its stream slowly while the server sends notifications

@@ -25,7 +25,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import wire
-from gateway.fronts.asgi import Receive, Send, body, sse_start, watch_disconnect
+from gateway.fronts.asgi import Receive, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.resumable_stream import ResumableStream, parse_event_id
 from gateway.log_limit import LogLimiter
 
@@ -142,10 +142,10 @@ class LegacyStreams:
         attachment = stream.attach()
         data = stream.priming(self._retry_ms) + b"".join(e for _, e in stream.after(0))
         if stream.ended:  # the usual case: the reply came first, all in one write
-            await send(body(data, more=False))
+            await send(chunk(data, more=False))
             streams.forget(stream)
             return Outcome(stream.reply, cancel_upstream=stream.reply is None or stream.cut_off)
-        await send(body(data, more=True))
+        await send(chunk(data, more=True))
         async with anyio.create_task_group() as call:
             call.start_soon(self._pump, inbox, stream, msg_id)
             if await self._write(stream, attachment, stream.last_seq, receive, send, poll_at):
@@ -210,7 +210,7 @@ class LegacyStreams:
             return False
         await send(sse_start())
         after = min(parsed[1], stream.last_seq)
-        await send(body(stream.priming(self._retry_ms, after), more=True))
+        await send(chunk(stream.priming(self._retry_ms, after), more=True))
         attachment = stream.attach()
         log.debug("stream resumed", stream=stream.stream_id, after=parsed[1])
         if await self._write(stream, attachment, after, receive, send):
@@ -240,7 +240,7 @@ class LegacyStreams:
                     if events:
                         sent = events[-1][0]
                         finished = closed = stream.ended and sent >= stream.last_seq
-                        await send(body(b"".join(e for _, e in events), more=not finished))
+                        await send(chunk(b"".join(e for _, e in events), more=not finished))
                         if finished:
                             break
                         continue
@@ -254,9 +254,9 @@ class LegacyStreams:
                     with anyio.move_on_after(wait) as timer:
                         await stream.news()
                     if timer.cancelled_caught and self._clock() < deadline:
-                        await send(body(b": keep-alive\n\n", more=True))
+                        await send(chunk(b": keep-alive\n\n", more=True))
                 if not closed:
-                    await send(body(b"", more=False))
+                    await send(chunk(b"", more=False))
                 tg.cancel_scope.cancel()
         finally:
             if not finished:

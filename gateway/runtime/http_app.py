@@ -21,7 +21,7 @@ import uvicorn
 from gateway.config import Config
 from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
-from gateway.runtime.metrics import Metrics
+from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
 
 log = structlog.get_logger("gateway.http")
@@ -35,9 +35,14 @@ class _Server(uvicorn.Server):
     requests to finish (they never would)."""
 
     def __init__(
-        self, front: HttpFront, guard: http_limits.ConnectionGuard, config: uvicorn.Config
+        self,
+        service: GatewayService,
+        front: HttpFront,
+        guard: http_limits.ConnectionGuard,
+        config: uvicorn.Config,
     ) -> None:
         super().__init__(config)
+        self._service = service
         self._front = front
         self._guard = guard
 
@@ -47,7 +52,7 @@ class _Server(uvicorn.Server):
         self._guard.cut_off_bodies()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self._front.service.end_subscriptions()
+        self._service.end_subscriptions()
         self._front.end_streams()
         # Calls get the grace to finish, then a gateway error each; uvicorn's
         # own deadline (a second later) would answer them 500 text/plain.
@@ -140,6 +145,7 @@ async def _serve(config: Config, sockets: list[socket.socket]) -> int:
     )
     guard = http_limits.ConnectionGuard(limits, refusals, metrics.count_http_error)
     server = _Server(
+        service,
         front,
         guard,
         uvicorn.Config(

@@ -8,6 +8,7 @@ until the server completes, in bounded rounds and time.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,14 +18,18 @@ import structlog
 from gateway import wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
-from gateway.core import upstream_checks
+from gateway.core import mrtr_shapes, upstream_checks
 from gateway.core.routing import Forward
 from gateway.runtime.client_link import ClientLink, ForwardedServerRequest
 from gateway.runtime.upstream_session import UpstreamSession
 
 log = structlog.get_logger("gateway.mrtr")
 
-ForwardFn = Callable[[ClientLink, Forward, UpstreamSession, float | None], Awaitable[wire.Message]]
+# link, what to send, where, timeout (None: the default), the client's id.
+ForwardFn = Callable[
+    [ClientLink, Forward, UpstreamSession, float | None, wire.RequestId],
+    Awaitable[wire.Message],
+]
 
 
 class ClientRefused(Exception):
@@ -38,24 +43,36 @@ class LegacyInputLoop:
         self.rounds = 0
 
     async def complete(
-        self, link: ClientLink, decision: Forward, session: UpstreamSession, reply: wire.Message
+        self,
+        link: ClientLink,
+        decision: Forward,
+        session: UpstreamSession,
+        reply: wire.Message,
+        client_id: wire.RequestId,
     ) -> wire.Message:
-        """Drive `reply` (an input_required) to a final reply from upstream."""
+        """Drive `reply` (an input_required) to a final reply from upstream;
+        what the gateway answers itself carries `client_id`, the client's id."""
         assert link.session is not None
         for _ in range(self.config.max_rounds):
             result = reply.get("result")
-            if not isinstance(result, dict) or result.get("resultType") != "input_required":
+            if not mrtr_shapes.is_input_required(result):
                 return reply
             problem = upstream_checks.input_required_problem(result)
             if problem is not None:
                 return self._error(
-                    f"Upstream sent a malformed reply: {problem}", upstream_checks.MALFORMED
+                    client_id,
+                    f"Upstream sent a malformed reply: {problem}",
+                    upstream_checks.MALFORMED,
                 )
             requests = core.requests_for_legacy_client(
-                result.get("inputRequests") or {}, link.session.capabilities, link.session.version
+                result.get("inputRequests") or {},
+                link.session.capabilities,
+                link.session.version,
+                new_elicitation_id=lambda: str(uuid.uuid4()),
             )
             if isinstance(requests, str):
                 return self._error(
+                    client_id,
                     f"The server needs client input the gateway cannot get: {requests}",
                     "input-unavailable",
                 )
@@ -63,30 +80,34 @@ class LegacyInputLoop:
             try:
                 answers = await self._ask_all(link, requests)
             except ClientRefused as exc:
-                return self._error(str(exc), "client-refused")
+                return self._error(client_id, str(exc), "client-refused")
             except TimeoutError:
                 return self._error(
+                    client_id,
                     "The client did not answer the server's input requests within "
                     f"{self.config.request_timeout:g}s",
                     "client-timeout",
                 )
             retry = Forward(
                 decision.method,
-                core.retry_params(decision.params, answers, result.get("requestState")),
+                mrtr_shapes.retry_params(
+                    decision.params, answers, result.get(mrtr_shapes.REQUEST_STATE)
+                ),
                 decision.shape,
                 decision.client_era,
                 decision.client_capabilities,
                 decision.log_level,
             )
-            reply = await self._forward(link, retry, session, None)
+            reply = await self._forward(link, retry, session, None, client_id)
         return self._error(
-            f"The server asked for input more than {self.config.max_rounds} times", "mrtr-rounds"
+            client_id,
+            f"The server asked for input more than {self.config.max_rounds} times",
+            "mrtr-rounds",
         )
 
     @staticmethod
-    def _error(message: str, reason: str) -> wire.Message:
-        # The caller puts the client's id on it.
-        return wire.gateway_error(0, wire.INTERNAL_ERROR, message, reason=reason)
+    def _error(client_id: wire.RequestId, message: str, reason: str) -> wire.Message:
+        return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason=reason)
 
     async def _ask_all(self, link: ClientLink, requests: dict[str, wire.Message]) -> dict[str, Any]:
         answers: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from gateway.config import Config
 from gateway.core import subscriptions as subs
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import UpstreamSession
+from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.listen")
 
@@ -106,7 +107,7 @@ class Listens:
             return
         try:
             session = await replace()
-        except Exception as exc:  # still down: the listeners keep waiting
+        except UpstreamError as exc:  # still down: the listeners keep waiting
             log.warning("cannot re-establish subscriptions after an upstream exit", error=str(exc))
             return
         for uri in sorted(self.table.uri_refs):

@@ -14,9 +14,10 @@ import structlog
 from gateway import era, inbound, wire
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
-from gateway.core import routing, upstream_checks
+from gateway.core import mrtr_shapes, routing, upstream_checks
 from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
+from gateway.fronts.port import GatewaySnapshot, Readiness
 from gateway.log_limit import LogLimiter
 from gateway.runtime.client_link import (
     CURRENT_REQUEST,
@@ -24,23 +25,24 @@ from gateway.runtime.client_link import (
     ForwardedServerRequest,
     InflightCall,
 )
+from gateway.runtime.held_calls import HeldEntry, MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription
-from gateway.runtime.mrtr_bridge import FEATURES, HeldEntry, MrtrBridge
 from gateway.runtime.session_listen import SessionListen
-from gateway.runtime.session_listen import _Stream as SessionListenStream
-from gateway.runtime.upstream_pool import Connector, UpstreamPool
+from gateway.runtime.upstream_pool import MODERN_KEY, Connector, UpstreamPool
 from gateway.runtime.upstream_session import (
     PendingCall,
     ProgressRoute,
-    UpstreamGone,
     UpstreamSession,
-    UpstreamTimeout,
-    UpstreamUnauthorized,
-    UpstreamUnavailable,
     failure_reply,
 )
 from gateway.translate import CacheHint
+from gateway.upstream_errors import (
+    UpstreamError,
+    UpstreamGone,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 
 log = structlog.get_logger("gateway")
 
@@ -208,7 +210,7 @@ class GatewayService:
         def on_reply(reply: wire.Message) -> None:
             finish()
             if decision.shape is routing.Shape.TO_LEGACY and (
-                _is_unsupported_version(reply) or _is_input_required(reply)
+                _is_unsupported_version(reply) or mrtr_shapes.reply_is_input_required(reply)
             ):
                 # Rare turns that need waiting: a task takes the call from here.
                 call = InflightCall(anyio.CancelScope(), decision.log_level)
@@ -228,6 +230,7 @@ class GatewayService:
                 params,
                 on_reply,
                 timeout=self.config.request_timeout,
+                client_id=msg_id,
                 owner=link,
                 log_level=decision.log_level,
             )
@@ -257,7 +260,11 @@ class GatewayService:
             return "none"
         if decision.method in _NO_SERVER_REQUESTS:
             return "none"
-        if link.session is not None and len(self.links) > 1 and any(map(link.declared, FEATURES)):
+        if (
+            link.session is not None
+            and len(self.links) > 1
+            and any(map(link.declared, era.CLIENT_FEATURES))
+        ):
             return "exclusive"
         return "shared"
 
@@ -375,8 +382,8 @@ class GatewayService:
                 return await self.listens.listen(link, msg, session)
             if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
                 return await self.bridge.call(link, msg, decision, session)
-            reply = await self._leased_forward(link, decision, session)
-        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+            reply = await self._leased_forward(link, decision, session, msg_id)
+        except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return await self._after_reply(link, msg, decision, session, reply)
 
@@ -397,10 +404,12 @@ class GatewayService:
                 if isinstance(redo, routing.Reply):
                     return redo.message
                 decision = redo
-                reply = await self._leased_forward(link, decision, session)
-            if decision.shape is routing.Shape.TO_LEGACY and _is_input_required(reply):
-                reply = await self.legacy_input.complete(link, decision, session, reply)
-        except (UpstreamGone, UpstreamTimeout, UpstreamUnavailable, TimeoutError) as exc:
+                reply = await self._leased_forward(link, decision, session, msg_id)
+            if decision.shape is routing.Shape.TO_LEGACY and mrtr_shapes.reply_is_input_required(
+                reply
+            ):
+                reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
+        except (UpstreamError, TimeoutError) as exc:
             return failure_reply(exc, msg_id)
         return self._shape(decision, reply, msg_id, session)
 
@@ -426,14 +435,18 @@ class GatewayService:
         return decision
 
     async def _leased_forward(
-        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+        self,
+        link: ClientLink,
+        decision: routing.Forward,
+        session: UpstreamSession,
+        client_id: wire.RequestId,
     ) -> wire.Message:
         """Forward a call, holding the session's lease when a server request
         during it could need a client (DESIGN §5.1.6)."""
         lease = session.lease
         kind = self._lease_kind(link, decision, session)
         if kind == "none":
-            return await self._forward(link, decision, session)
+            return await self._forward(link, decision, session, client_id=client_id)
         exclusive = kind == "exclusive"
         with anyio.fail_after(self.config.request_timeout):
             if exclusive:
@@ -441,7 +454,7 @@ class GatewayService:
             else:
                 await lease.acquire_shared()
         try:
-            return await self._forward(link, decision, session)
+            return await self._forward(link, decision, session, client_id=client_id)
         finally:
             if exclusive:
                 lease.release_exclusive(link)
@@ -483,14 +496,19 @@ class GatewayService:
         decision: routing.Forward,
         session: UpstreamSession,
         timeout: float | None = None,
+        client_id: wire.RequestId | None = None,
     ) -> wire.Message:
+        """The reply to `decision` from upstream. `client_id`: the client's id
+        for the request, which the answers the gateway gives in the server's
+        stead carry (None from the MRTR bridge, whose calls need none)."""
         level = session.log_level_needed(decision.log_level)
         if level is not None:
             await self._set_upstream_level(session, level)
         if decision.method == "logging/setLevel":
             # Served by the level machinery above; the shared session's level
             # is the gateway's, so the client is answered here.
-            return wire.result_response(0, {})
+            assert client_id is not None  # a client's setLevel comes with its id
+            return wire.result_response(client_id, {})
         params: dict[str, Any] | None = decision.params
         token = _progress_token(params)
         upstream_token = None
@@ -498,12 +516,10 @@ class GatewayService:
             upstream_token = session.progress_token(link, token)
             params = _with_progress_token(params, upstream_token)
         if decision.method == "subscriptions/listen":
-            if self.listens.ending:
+            if self.listens.ending and client_id is not None:
                 # Shutdown began while this listen was on its way: it gets the
                 # closing result the others got, not a stream cut off later.
-                client_id = CURRENT_REQUEST.get()
-                if client_id is not None:
-                    return wire.result_response(0, subs_core.closing_result(client_id))
+                return wire.result_response(client_id, subs_core.closing_result(client_id))
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
         try:
@@ -513,7 +529,7 @@ class GatewayService:
                 timeout=timeout or self.config.request_timeout,
                 owner=link,
                 log_level=decision.log_level,
-                client_id=CURRENT_REQUEST.get(),
+                client_id=client_id,
             )
         finally:
             if upstream_token is not None:
@@ -553,7 +569,7 @@ class GatewayService:
         try:
             session = await self.pool.session_for(link.principal, key_caps, legacy)
             await session.notify(upstream_msg["method"], upstream_msg.get("params"))
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             log.warning("client notification not delivered upstream", method=method, error=str(exc))
 
     def cancel_request(self, link: ClientLink, msg_id: wire.RequestId) -> None:
@@ -674,17 +690,20 @@ class GatewayService:
             return
         else:
             owner = holder if isinstance(holder, ClientLink) else claim.sole_owner
-            reply = await self._serve_for(owner, session, msg, feature, claim.calls)
+            reply = await self._serve_for(owner, session, msg, feature, claim)
         if reply is not None:
             await session.respond(reply)
 
     def _sole_owner(self, session: UpstreamSession) -> ClientLink | None:
         """The one client a server request can belong to, if there is one.
 
-        With no call in progress, a lone client is still unambiguous: a legacy
-        server may ask for roots right after initialized, as server-everything does.
+        With no call in progress, a lone client of the session's principal is
+        still unambiguous: a legacy server may ask for roots right after
+        initialized, as server-everything does. Never another principal's.
         """
-        owners = session.owners() or set(self.links)
+        owners: set[ClientLink] = session.owners()
+        if not owners and session.key != MODERN_KEY:
+            owners = {link for link in self.links if link.principal == session.key.principal}
         owner = next(iter(owners)) if len(owners) == 1 else None
         return owner if isinstance(owner, ClientLink) else None
 
@@ -694,7 +713,7 @@ class GatewayService:
         session: UpstreamSession,
         msg: wire.Message,
         feature: str,
-        calls_at_arrival: dict[object, list[tuple[int, str]]],
+        claim: _Claim,
     ) -> wire.Message | None:
         msg_id = msg["id"]
         method = msg["method"]
@@ -719,8 +738,15 @@ class GatewayService:
         elif owner is None:
             why = "no single client call it can belong to"
         else:
-            calls = calls_at_arrival.get(owner, [])
+            calls = claim.calls.get(owner, [])
             missing = mrtr_core.check_capability({}, method, msg.get("params"))
+            # Roots are the session's, not a call's: a legacy server asks for
+            # them at session start and on list_changed (server-everything
+            # 350 ms after initialized, whatever call is then in flight), so
+            # a call of a client that declared none is not failed for it; the
+            # server's refusal lets a tool that needed them fail on its own
+            # terms. Sampling and elicitation asked during a call are its own.
+            sessionwide = method == "roots/list" and feature in session.key.features
             # A request from the HTTP GET stream names no call (2025-11-25: it
             # SHOULD be unrelated to running ones; server-everything asks for
             # roots there after initialized), so it fails none. Nor does one
@@ -728,22 +754,29 @@ class GatewayService:
             # input_required (a tools/list, 2026-07-28): a server asks that at
             # session start, as server-filesystem asks roots/list right after
             # initialized, and the call is not the one that needs it.
+            could_carry = len(calls) == 1 and calls[0][1] in era.MRTR_METHODS
             if (
-                len(calls) == 1
-                and calls[0][1] in era.MRTR_METHODS
+                could_carry
                 and missing is not None
                 and not session.outside_calls(msg_id)
+                and not sessionwide
             ):
                 # The one call of a modern client that declared no client
                 # features needs one: answer it -32021, as a modern server would.
                 await session.respond(
                     wire.error_response(msg_id, wire.METHOD_NOT_FOUND, missing.reason)
                 )
-                session.fail_call(calls[0][0], missing.error(0))
+                target = session.pending.get(calls[0][0])
+                if target is not None and target.client_id is not None:
+                    session.fail_call(calls[0][0], missing.error(target.client_id))
                 return None
+            in_progress = ", ".join(sorted({m[:100] for _, m in calls}))[:300] or "none"
             why = (
-                "no call of the modern client that can carry it is in progress "
-                f"(in progress: {', '.join(sorted({m[:100] for _, m in calls}))[:300] or 'none'})"
+                f"roots belong to the session, and the only call in progress ({in_progress})"
+                " is of a client that did not declare them"
+                if sessionwide and could_carry
+                else f"no call of the modern client that can carry it is in progress"
+                f" (in progress: {in_progress})"
             )
         self._refusals_log.info("server request refused", method=method[:100], why=why)
         # Every refusal is -32601 with the reason in the message: servers take
@@ -797,8 +830,8 @@ class GatewayService:
             level = params.get("level")
             if level not in era.LOG_RANK:
                 return
-            for link in list(self.links):
-                if link.session is not None and _legacy_client_wants_log(link, session, level):
+            for link in self._legacy_links_of(session):
+                if _legacy_client_wants_log(link, session, level):
                     await _send_quietly(link, msg)
             owner = _log_owner(session, msg, level)
             if owner is not None:
@@ -826,8 +859,8 @@ class GatewayService:
         if subscription is not None and isinstance(subscription, int):
             # A modern server's listen stream: back under the client's own id.
             listen = session.pending.get(subscription)
-            if isinstance(listen, PendingCall) and isinstance(listen.tag, SessionListenStream):
-                await listen.tag.owner.on_notification(listen.tag, msg)
+            if isinstance(listen, PendingCall) and listen.tag is not None:
+                await listen.tag.on_notification(msg)
                 return
             if (
                 isinstance(listen, PendingCall)
@@ -839,11 +872,24 @@ class GatewayService:
         if session.profile is not None and session.profile.era is era.Era.LEGACY:
             await self.listens.deliver(session, msg)
             # Same-era passthrough for legacy clients (list_changed, resources/updated, …).
-            for link in list(self.links):
-                if link.session is not None:
-                    await _send_quietly(link, msg)
+            for link in self._legacy_links_of(session):
+                await _send_quietly(link, msg)
             return
         log.debug("server notification with no listener dropped", method=method)
+
+    def _legacy_links_of(self, session: UpstreamSession) -> list[ClientLink]:
+        """The legacy clients a session's notifications that name no call may
+        go to: those of the session's principal, never another's (sessions
+        are keyed by principal, DESIGN §5.1.1; a log line or a resource
+        update of one tenant's server session is not another's to see)."""
+        if session.key == MODERN_KEY:
+            # One modern session for every principal: only the clients with a
+            # call on it (a modern server logs per request, 2026-07-28).
+            return [link for link in session.owners() if link.session is not None]
+        principal = session.key.principal
+        return [
+            link for link in self.links if link.session is not None and link.principal == principal
+        ]
 
     async def _send_progress(self, route: ProgressRoute, msg: wire.Message) -> None:
         params = dict(msg.get("params") or {})
@@ -880,7 +926,7 @@ class GatewayService:
         try:
             session = await self.pool.session_for(link.principal, {})
             await self._session_listen(link).reopen(session)
-        except (UpstreamGone, UpstreamUnavailable, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             log.warning("cannot open the session's upstream listen", error=str(exc))
 
     async def _session_lost(self, session: UpstreamSession) -> None:
@@ -908,7 +954,7 @@ class GatewayService:
                 ):
                     session.abandon_call(upstream_id, "the gateway is shutting down")
                     closing = subs_core.closing_result(pending.client_id)
-                    pending.settle(wire.result_response(0, closing))
+                    pending.settle(wire.result_response(pending.client_id, closing))
 
     # -- lifecycle -------------------------------------------------------
     _tg: anyio.abc.TaskGroup | None = None
@@ -920,6 +966,39 @@ class GatewayService:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+    # -- what the fronts read (gateway.fronts.port.GatewayPort) ----------
+    def remember_credential(self, principal: str, credential: str) -> None:
+        self.pool.remember_credential(principal, credential)
+
+    def path_for(self, legacy_client: bool) -> str:
+        return self.pool.path_for(legacy_client)
+
+    def readiness(self) -> Readiness:
+        pool, profile = self.pool, self.pool.profile
+        if not pool.settled or profile is None:
+            return Readiness(
+                False, awaiting_credentials=pool.awaiting_credentials, failure=pool.failure
+            )
+        legacy = pool.legacy_side
+        return Readiness(
+            True,
+            era=pool.era_name,
+            server_info=profile.server_info,
+            modern_version=profile.version if legacy is not None else None,
+            legacy_version=legacy.version if legacy is not None else None,
+        )
+
+    def snapshot(self) -> GatewaySnapshot:
+        pool = self.pool
+        return GatewaySnapshot(
+            upstream_sessions=len(pool.sessions),
+            parked_calls=len(self.bridge.held),
+            rounds_to_modern_client=self.bridge.rounds,
+            rounds_to_legacy_client=self.legacy_input.rounds,
+            upstream_restarts=pool.restarts,
+            upstream_ready=pool.settled and pool.profile is not None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1003,11 +1082,6 @@ def _with_progress_token(params: dict[str, Any] | None, token: str) -> dict[str,
 def _is_unsupported_version(reply: wire.Message) -> bool:
     error = reply.get("error")
     return isinstance(error, dict) and error.get("code") == wire.UNSUPPORTED_PROTOCOL_VERSION
-
-
-def _is_input_required(reply: wire.Message) -> bool:
-    result = reply.get("result")
-    return isinstance(result, dict) and result.get("resultType") == "input_required"
 
 
 __all__ = ["GatewayService", "UpstreamProfile"]

@@ -20,7 +20,8 @@ from gateway.config import Config
 from gateway.core import backoff
 from gateway.core import subscriptions as subs
 from gateway.runtime.client_link import ClientLink
-from gateway.runtime.upstream_session import UpstreamGone, UpstreamSession, UpstreamTimeout
+from gateway.runtime.upstream_session import UpstreamSession
+from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.listen")
 
@@ -30,6 +31,9 @@ class _Stream:
     owner: SessionListen
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     acked: anyio.Event = field(default_factory=anyio.Event)
+
+    async def on_notification(self, msg: wire.Message) -> None:
+        await self.owner.on_notification(self, msg)
 
 
 class SessionListen:
@@ -101,7 +105,7 @@ class SessionListen:
                     tag=stream,
                 )
                 ended_by_server = True
-            except (UpstreamGone, UpstreamTimeout) as exc:
+            except UpstreamError as exc:
                 log.info("upstream listen dropped", error=str(exc))
                 ended_by_server = True
         if ended_by_server and self.current is stream and not self.closed:
@@ -116,7 +120,7 @@ class SessionListen:
     async def _reopen_later(self) -> None:
         try:
             session = await self._session_for()
-        except Exception as exc:  # the upstream is down: the next change retries
+        except UpstreamError as exc:  # the upstream is down: the next change retries
             log.warning("cannot reopen the upstream listen", error=str(exc))
             return
         await self.reopen(session)

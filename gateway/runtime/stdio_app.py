@@ -12,10 +12,10 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.fronts.stdio_front import BadLine, StdioFront
 from gateway.log_limit import LogLimiter
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_pool import Connector
 

@@ -15,7 +15,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
-from gateway.backs.http_back import HttpConnector
+from gateway.backs.http_connector import HttpConnector
 from gateway.backs.stdio_back import StdioServerProcess, stderr_summary
 from gateway.config import Config
 from gateway.core import backoff, era_probe, http_binding, legacy_handshake
@@ -24,9 +24,13 @@ from gateway.runtime.upstream_session import (
     Corker,
     ServerMessageHandler,
     SessionKey,
-    UpstreamBusy,
-    UpstreamGone,
     UpstreamSession,
+)
+from gateway.upstream_errors import (
+    Contradicted,
+    UpstreamBusy,
+    UpstreamError,
+    UpstreamGone,
     UpstreamTimeout,
     UpstreamUnauthorized,
     UpstreamUnavailable,
@@ -34,7 +38,6 @@ from gateway.runtime.upstream_session import (
 
 log = structlog.get_logger("gateway.pool")
 
-FEATURES = ("elicitation", "roots", "sampling")
 # After an outage, how long the reachability check of an HTTP upstream may
 # take before the backoff applies after all.
 REACHABLE_TIMEOUT = 1.0
@@ -77,10 +80,6 @@ class LastWords(Protocol):
     """A connection that keeps what the server said on stderr (the stdio back)."""
 
     async def last_words(self, timeout: float = ...) -> list[str]: ...
-
-
-class Contradicted(UpstreamUnavailable):
-    """The server no longer answers in the era cached for it."""
 
 
 def capabilities_for(features: frozenset[str]) -> dict[str, Any]:
@@ -191,7 +190,7 @@ class UpstreamPool:
             # (_open counted the failure for the backoff.)
             self._failure = await self._with_last_words(self.timeout_reason())
             log.error("upstream unavailable", reason=self._failure)
-        except (UpstreamUnavailable, UpstreamGone, OSError) as exc:
+        except UpstreamError as exc:
             self._failure = await self._with_last_words(_describe(exc))
             log.error("upstream unavailable", reason=self._failure)
         finally:
@@ -319,7 +318,7 @@ class UpstreamPool:
 
     # -- choosing a session ----------------------------------------------
     def _default_key(self, principal: str, dual_legacy: bool = False) -> SessionKey:
-        return SessionKey(principal, frozenset(FEATURES), dual_legacy)
+        return SessionKey(principal, era.CLIENT_FEATURES, dual_legacy)
 
     def key_for(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
@@ -331,7 +330,7 @@ class UpstreamPool:
             dual_legacy = True
         if self.config.max_sessions == 1:
             return self._default_key(principal, dual_legacy)
-        features = frozenset(f for f in FEATURES if f in client_caps)
+        features = era.CLIENT_FEATURES.intersection(client_caps)
         return SessionKey(principal, features, dual_legacy)
 
     def profile_for(self, legacy_client: bool) -> UpstreamProfile | None:
@@ -405,7 +404,7 @@ class UpstreamPool:
                     return self._claim(await self._open(key, first=False))
         except TimeoutError:
             raise UpstreamUnavailable(await self._with_last_words(self.timeout_reason())) from None
-        except (UpstreamGone, UpstreamUnavailable, OSError) as exc:
+        except UpstreamError as exc:
             if isinstance(exc, UpstreamBusy | UpstreamUnauthorized):
                 raise
             raise UpstreamUnavailable(await self._with_last_words(_describe(exc))) from None
@@ -685,8 +684,8 @@ class UpstreamPool:
         (HTTP: DELETE). Returns how the legacy era was found out."""
         key = self._default_key(principal, dual_legacy=True)
         session = await self._spawn(key)
-        request = legacy_handshake.initialize_request(
-            0, capabilities_for(key.features), self.config.client_info
+        params = legacy_handshake.initialize_params(
+            capabilities_for(key.features), self.config.client_info
         )
         self._stage = "initialize (the legacy check)"
         try:
@@ -694,7 +693,7 @@ class UpstreamPool:
             # that long on top of probe_timeout, or a loaded machine would
             # make a dual-era server look modern-only.
             reply = await session.call(
-                "initialize", request["params"], timeout=self.config.probe_timeout + probe_seconds
+                "initialize", params, timeout=self.config.probe_timeout + probe_seconds
             )
         except UpstreamTimeout:
             await self._retire(session, "no answer to the legacy check")
@@ -738,7 +737,7 @@ class UpstreamPool:
         try:
             reply = await session.call(
                 "server/discover",
-                era_probe.discover_request(0, version, self.config.client_info)["params"],
+                era_probe.discover_params(version, self.config.client_info),
                 timeout=self.config.probe_timeout,
             )
         except UpstreamTimeout:
@@ -757,7 +756,7 @@ class UpstreamPool:
         reply = await self._call(
             session,
             "server/discover",
-            era_probe.discover_request(0, version, self.config.client_info)["params"],
+            era_probe.discover_params(version, self.config.client_info),
         )
         verdict = era_probe.judge(reply)
         if verdict.era is era.Era.LEGACY:
@@ -769,9 +768,9 @@ class UpstreamPool:
 
     async def _initialize(self, session: UpstreamSession, key: SessionKey) -> None:
         caps = capabilities_for(key.features)
-        request = legacy_handshake.initialize_request(0, caps, self.config.client_info)
+        params = legacy_handshake.initialize_params(caps, self.config.client_info)
         self._stage = "initialize"
-        reply = await self._call(session, "initialize", request["params"])
+        reply = await self._call(session, "initialize", params)
         if era_probe.judge(reply).era is era.Era.MODERN and "error" in reply:
             raise Contradicted(f"initialize refused with modern error {reply['error'].get('code')}")
         try:
@@ -794,7 +793,7 @@ class UpstreamPool:
     ) -> wire.Message:
         try:
             reply = await session.call(method, params, timeout=self.config.startup_timeout)
-        except (UpstreamGone, UpstreamTimeout) as exc:
+        except UpstreamError as exc:  # it went away or did not answer
             raise UpstreamUnavailable(f"{method} failed: {exc}") from None
         _check_credential(reply)
         return reply
@@ -823,7 +822,7 @@ def _sweep_interval(request_timeout: float) -> float:
     return min(1.0, max(request_timeout / 10, 0.05))
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: UpstreamError) -> str:
     if isinstance(exc, UpstreamGone):
         return exc.reason
     return str(exc)

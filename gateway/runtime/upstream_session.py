@@ -13,21 +13,20 @@ import anyio
 import structlog
 
 from gateway import era, wire
-from gateway.backs.http_back import HttpConnectionEnded
-from gateway.backs.stdio_back import ServerExited
+from gateway.client_link import ClientLink
 from gateway.core.profile import UpstreamProfile
 from gateway.runtime.session_lease import SessionLease
+from gateway.upstream_errors import (
+    ConnectionLost,
+    UpstreamBusy,
+    UpstreamError,
+    UpstreamGone,
+    UpstreamTimeout,
+    UpstreamUnauthorized,
+    UpstreamUnavailable,
+)
 
 log = structlog.get_logger("gateway.upstream")
-
-# How each transport says its connection is over when written to.
-CONNECTION_LOST = (
-    ServerExited,
-    HttpConnectionEnded,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-)
 
 # Seconds a server has to end a call by itself, once told that no client answer
 # will come, before the gateway cancels it. Real SDKs break when a cancellation
@@ -69,6 +68,13 @@ class CallStreams(Protocol):
     def stream_of(self, msg: wire.Message) -> wire.RequestId | None: ...
 
 
+class CallWatcher(Protocol):
+    """Whoever must see the server's notifications about one call, besides
+    its client (a legacy session's upstream listen)."""
+
+    async def on_notification(self, msg: wire.Message) -> None: ...
+
+
 class Corker(Protocol):
     """What the reader corks while it handles one read's messages, so that all
     they produce leaves in one write (the client links)."""
@@ -77,38 +83,26 @@ class Corker(Protocol):
     def uncork(self) -> None: ...
 
 
-class UpstreamGone(Exception):
-    """The upstream connection ended; `reason` says how."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class UpstreamTimeout(Exception):
-    pass
-
-
-class UpstreamUnavailable(Exception):
-    """No session can be had: the upstream is down, busy or unusable."""
-
-
-class UpstreamBusy(UpstreamUnavailable):
-    """Every session the bounds allow is running calls: none can be made for
-    this one (it may be tried again once one is idle)."""
+# The upstream errors (gateway.upstream_errors) are also to be had from here,
+# beside the session that raises them.
+__all__ = [
+    "ConnectionLost",
+    "UpstreamBusy",
+    "UpstreamError",
+    "UpstreamGone",
+    "UpstreamSession",
+    "UpstreamTimeout",
+    "UpstreamUnauthorized",
+    "UpstreamUnavailable",
+    "failure_reply",
+]
 
 
-class UpstreamUnauthorized(UpstreamUnavailable):
-    """The upstream refused the credential it was sent (HTTP 401/403): the
-    refusal itself is kept, for the client whose credential it was."""
-
-    def __init__(self, reply: wire.Message) -> None:
-        super().__init__(reply["error"].get("message", "unauthorized"))
-        self.reply = reply
-
-
-def failure_reply(exc: BaseException, msg_id: wire.RequestId = 0) -> wire.Message:
-    """The client's answer when its upstream call could not complete."""
+def failure_reply(exc: UpstreamError | TimeoutError, msg_id: wire.RequestId = 0) -> wire.Message:
+    """The client's answer, under its request's id, when its upstream call
+    could not complete: the one place an upstream error becomes a JSON-RPC
+    error. (The default id is for the MRTR bridge's parked call alone, whose
+    answer goes out under a later retry's id; issue #11.)"""
     if isinstance(exc, UpstreamUnauthorized):
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
@@ -134,18 +128,19 @@ class PendingCall:
     """A request sent upstream. Awaited calls wait on `done`; fast-path calls
     get `on_reply` run by the reader, and the sweeper bounds them."""
 
-    owner: object | None
+    owner: ClientLink | None
     log_level: str | None
     done: anyio.Event | None = None
     reply: wire.Message | None = None
     on_reply: ReplyCallback | None = None
     deadline: float = 0.0
     method: str = ""
-    # The client's id for the request, where something must be mapped back
-    # to it (a modern server's subscription ids).
+    # The client's id for the request (None for the gateway's own calls):
+    # what the gateway answers in the server's stead carries it, and a modern
+    # server's subscription ids are mapped back to it.
     client_id: wire.RequestId | None = None
     # Whoever must see the server's notifications about this call (a listen).
-    tag: object | None = None
+    tag: CallWatcher | None = None
 
     def settle(self, reply: wire.Message) -> None:
         if self.on_reply is not None:
@@ -159,7 +154,7 @@ class PendingCall:
 
 @dataclass(slots=True)
 class ProgressRoute:
-    owner: object
+    owner: ClientLink
     client_token: str | int
 
 
@@ -189,7 +184,7 @@ class UpstreamSession:
     def alive(self) -> bool:
         return self.closed_reason is None
 
-    def owners(self) -> set[object]:
+    def owners(self) -> set[ClientLink]:
         return {call.owner for call in self.pending.values() if call.owner is not None}
 
     def outside_calls(self, request_id: wire.RequestId) -> bool:
@@ -214,7 +209,7 @@ class UpstreamSession:
             return [call] if call is not None and call.owner is not None else []
         return [call for call in self.pending.values() if call.owner is not None]
 
-    def calls_of(self, owner: object) -> list[int]:
+    def calls_of(self, owner: ClientLink) -> list[int]:
         return [i for i, call in self.pending.items() if call.owner is owner]
 
     def fail_call(self, msg_id: int, reply: wire.Message, wind_down: float | None = None) -> None:
@@ -239,7 +234,7 @@ class UpstreamSession:
         self._next_id += 1
         return self._next_id
 
-    def progress_token(self, owner: object, client_token: str | int) -> str:
+    def progress_token(self, owner: ClientLink, client_token: str | int) -> str:
         """An upstream token unique on this connection, mapped back to the client's."""
         self._next_token += 1
         token = f"gw-{self._next_token}"
@@ -252,10 +247,10 @@ class UpstreamSession:
         params: dict[str, Any] | None,
         *,
         timeout: float,
-        owner: object | None = None,
+        owner: ClientLink | None = None,
         log_level: str | None = None,
         client_id: wire.RequestId | None = None,
-        tag: object | None = None,
+        tag: CallWatcher | None = None,
     ) -> wire.Message:
         """Send a request and wait for its reply (a result or an error message).
 
@@ -282,7 +277,7 @@ class UpstreamSession:
             if sent and pending.reply is None:
                 await self._cancel_upstream(msg_id, "cancelled by the client")
             raise
-        except Exception as exc:
+        except ConnectionLost as exc:
             if pending.reply is None and self.closed_reason is None:
                 raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
         finally:
@@ -299,12 +294,14 @@ class UpstreamSession:
         on_reply: ReplyCallback,
         *,
         timeout: float,
-        owner: object | None = None,
+        client_id: wire.RequestId,
+        owner: ClientLink | None = None,
         log_level: str | None = None,
     ) -> int:
         """Send a request without waiting: the reader runs `on_reply` with the
-        answer (or a gateway error if the server exits or the sweeper finds it
-        overdue). The fast path for plain forwarding: no task, no scope."""
+        answer (or a gateway error under `client_id` if the server exits or
+        the sweeper finds it overdue). The fast path for plain forwarding: no
+        task, no scope."""
         if self.closed_reason is not None:
             raise UpstreamGone(self.closed_reason)
         msg_id = self.next_id()
@@ -314,10 +311,11 @@ class UpstreamSession:
             on_reply=on_reply,
             deadline=anyio.current_time() + timeout,
             method=method,
+            client_id=client_id,
         )
         try:
             self.channel.send_nowait(wire.request(msg_id, method, params))
-        except Exception as exc:
+        except ConnectionLost as exc:
             self.pending.pop(msg_id, None)
             raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
         return msg_id
@@ -331,7 +329,7 @@ class UpstreamSession:
                         "notifications/cancelled", {"requestId": msg_id, "reason": reason}
                     )
                 )
-            except Exception as exc:  # the connection is dying; the call is over anyway
+            except ConnectionLost as exc:  # the call is over anyway
                 log.debug("could not send cancellation upstream", error=str(exc))
 
     async def run_sweeper(self, interval: float) -> None:
@@ -345,7 +343,7 @@ class UpstreamSession:
                 self.abandon_call(msg_id, "no reply in time")
                 pending.settle(
                     wire.gateway_error(
-                        0,
+                        pending.client_id,
                         wire.INTERNAL_ERROR,
                         f"upstream did not answer {pending.method} in time",
                         reason="upstream-timeout",
@@ -364,7 +362,7 @@ class UpstreamSession:
                         {"requestId": msg_id, "reason": reason},
                     )
                 )
-            except Exception as exc:  # the connection may be dying; the call is over anyway
+            except ConnectionLost as exc:  # the call is over anyway
                 log.debug("could not send cancellation upstream", error=str(exc))
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
@@ -373,7 +371,7 @@ class UpstreamSession:
             return
         try:
             await self.channel.send(wire.notification(method, params))
-        except CONNECTION_LOST as exc:
+        except ConnectionLost as exc:
             raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
 
     async def respond(self, msg: wire.Message) -> None:
@@ -384,7 +382,7 @@ class UpstreamSession:
             return
         try:
             await self.channel.send(msg)
-        except CONNECTION_LOST as exc:
+        except ConnectionLost as exc:
             log.debug("answer to a departed server dropped", session=self.label, error=str(exc))
 
     async def run_reader(
@@ -428,12 +426,14 @@ class UpstreamSession:
         pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
-        failure = wire.gateway_error(
-            0, wire.INTERNAL_ERROR, f"Upstream server failed: {reason}", reason="upstream-failed"
-        )
+        message = f"Upstream server failed: {reason}"
         for call in pending:
             if call.on_reply is not None:
-                call.settle(failure)
+                call.settle(
+                    wire.gateway_error(
+                        call.client_id, wire.INTERNAL_ERROR, message, reason="upstream-failed"
+                    )
+                )
             elif call.done is not None:
                 call.done.set()
 

@@ -1,15 +1,16 @@
-"""Prometheus metrics for the HTTP front's /metrics (text exposition 0.0.4)."""
+"""Prometheus metrics for the HTTP front's /metrics (text exposition 0.0.4).
+
+The front counts what it answers; the rest is a snapshot the runtime fills
+(gateway.fronts.port.GatewaySnapshot)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from gateway import era, wire
-from gateway.runtime.client_link import ClientLink
-
-if TYPE_CHECKING:
-    from gateway.fronts.http_front import HttpFront
+from gateway.client_link import ClientLink
+from gateway.core import mrtr_shapes
+from gateway.fronts.port import GatewaySnapshot
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # The label every method name outside the known set is counted under: a
@@ -51,7 +52,7 @@ class Metrics:
         result = reply.get("result")
         if isinstance(error, dict):
             outcome = "error"
-        elif isinstance(result, dict) and result.get("resultType") == "input_required":
+        elif mrtr_shapes.is_input_required(result):
             outcome = "input_required"
         else:
             outcome = "ok"
@@ -67,9 +68,8 @@ class Metrics:
     def count_http_error(self, status: int) -> None:
         self.http_errors[status] += 1
 
-    def render(self, front: HttpFront) -> str:
-        service = front.service
-        pool = service.pool
+    def render(self, gateway: GatewaySnapshot, client_sessions: int) -> str:
+        """`client_sessions`: the legacy client sessions open on the front."""
         lines = [
             "# HELP mcp_gateway_requests_total Requests answered, by era path, method and outcome.",
             "# TYPE mcp_gateway_requests_total counter",
@@ -106,24 +106,24 @@ class Metrics:
             ),
             "# HELP mcp_gateway_sessions Legacy client sessions open on the HTTP front.",
             "# TYPE mcp_gateway_sessions gauge",
-            f"mcp_gateway_sessions {len(front.sessions)}",
+            f"mcp_gateway_sessions {client_sessions}",
             "# HELP mcp_gateway_upstream_sessions Upstream sessions (processes or HTTP sessions).",
             "# TYPE mcp_gateway_upstream_sessions gauge",
-            f"mcp_gateway_upstream_sessions {len(pool.sessions)}",
+            f"mcp_gateway_upstream_sessions {gateway.upstream_sessions}",
             "# HELP mcp_gateway_parked_calls Calls parked waiting for client input (MRTR).",
             "# TYPE mcp_gateway_parked_calls gauge",
-            f"mcp_gateway_parked_calls {len(service.bridge.held)}",
+            f"mcp_gateway_parked_calls {gateway.parked_calls}",
             "# HELP mcp_gateway_mrtr_rounds_total Input rounds bridged, by direction.",
             "# TYPE mcp_gateway_mrtr_rounds_total counter",
             f'mcp_gateway_mrtr_rounds_total{{direction="to_modern_client"}} '
-            f"{service.bridge.rounds}",
+            f"{gateway.rounds_to_modern_client}",
             f'mcp_gateway_mrtr_rounds_total{{direction="to_legacy_client"}} '
-            f"{service.legacy_input.rounds}",
+            f"{gateway.rounds_to_legacy_client}",
             "# HELP mcp_gateway_upstream_restarts_total Upstream exits followed by a restart.",
             "# TYPE mcp_gateway_upstream_restarts_total counter",
-            f"mcp_gateway_upstream_restarts_total {pool.restarts}",
+            f"mcp_gateway_upstream_restarts_total {gateway.upstream_restarts}",
             "# HELP mcp_gateway_upstream_ready Whether the upstream's era is settled.",
             "# TYPE mcp_gateway_upstream_ready gauge",
-            f"mcp_gateway_upstream_ready {1 if pool.settled and pool.profile else 0}",
+            f"mcp_gateway_upstream_ready {1 if gateway.upstream_ready else 0}",
         ]
         return "\n".join(lines) + "\n"

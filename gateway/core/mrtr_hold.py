@@ -1,0 +1,510 @@
+"""The lifecycle of a bridged call in hold mode, as a state machine
+(2026-07-28 basic/patterns/mrtr; DESIGN §5.1.6-5.1.7; issue #11 item 1).
+
+A modern client's call on a legacy session runs upstream while the legacy
+server may ask for sampling, elicitation or roots. Those requests become an
+`input_required` answer, and the upstream call stays parked until the
+client's retry brings the answers, or until its state expires (a timer) and
+the call is closed: its pending requests refused, and the call cancelled
+upstream if the server does not end it within the wind-down.
+
+`HoldTable` owns every call's state as plain data (rounds and asks in
+`HeldCall`, parked / busy / closed / missing / finished here) and answers
+each event with the commands to carry out, in order. The runtime
+(runtime/held_calls.py) does the waiting: for the session, for the call's
+next input requests or end, and for timers. Replay mode and the -32042
+re-send use it too: their calls are closed instead of parked.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gateway import wire
+from gateway.core import mrtr_bridge as core
+from gateway.core import mrtr_hold_replies as replies
+from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
+from gateway.core.mrtr_hold_events import (
+    AcquireSession,
+    AnswerServer,
+    AwaitOutcome,
+    CallArrived,
+    CallKey,
+    CancelUpstream,
+    ClientGone,
+    Expiry,
+    GiveUpSession,
+    InputGathered,
+    OutcomeDue,
+    RefuseServerAsks,
+    ReleaseSession,
+    ReplyToClient,
+    RetryArrived,
+    ServerAsked,
+    ServerCancelledAsk,
+    SessionAcquired,
+    SessionBusy,
+    SessionDue,
+    ShapeReply,
+    StartUpstream,
+    UpstreamEnded,
+    WaitTimedOut,
+    Wake,
+    WindDown,
+)
+from gateway.core.request_state import Claims, Sealer, StateRejected
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSettings:
+    state_ttl: float
+    max_parked_calls: int
+    request_timeout: float
+    # How long a closed call's server may take to end it by itself before it
+    # is cancelled (see upstream_session.WIND_DOWN).
+    wind_down: float
+    # Server requests one bridged call may have waiting for its client at once.
+    max_asks: int = 64
+
+
+# -- the machine ----------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class Hold:
+    """One bridged call's state."""
+
+    key: CallKey
+    call: core.HeldCall
+    started: bool = False  # the upstream call runs (or ran)
+    waiting: bool = False  # a client request waits for its outcome
+    busy: bool = False  # a retry is in progress
+    closed: bool = False
+    finished: bool = False  # the upstream call returned
+    cancel_sent: bool = False
+    wind_down: bool = False  # the WindDown timer runs
+    overdue: bool = False  # the waiting client request's OutcomeDue timer fired
+    acquiring: bool = False  # waiting for the session (its SessionDue timer runs)
+    missing: core.MissingCapability | None = None
+    reply: wire.Message | None = None
+    retry: tuple[Claims, object] | None = None
+
+
+class HoldTable:
+    """Every bridged call of one gateway, parked or running."""
+
+    def __init__(self, settings: HoldSettings, sealer: Sealer) -> None:
+        self.settings = settings
+        self.sealer = sealer
+        self.calls: dict[CallKey, Hold] = {}
+        # Parked calls by handle: the ones a retry can continue.
+        self.parked: dict[str, CallKey] = {}
+        # Parked calls whose upstream failed: their slot is free, and their
+        # retry gets this failure (oldest dropped first).
+        self.failed: OrderedDict[str, wire.Message] = OrderedDict()
+        self.rounds = 0  # input_required answers given
+
+    # -- queries for the runtime's waits ---------------------------------------
+    def ready(self, key: CallKey) -> bool:
+        """The call ended or has input requests for its client."""
+        hold = self.calls.get(key)
+        return hold is None or hold.finished or bool(hold.call.asks)
+
+    def pending_asks(self, key: CallKey) -> int:
+        hold = self.calls.get(key)
+        return len(hold.call.asks) if hold is not None else 0
+
+    def overdue(self, key: CallKey) -> bool:
+        """The waiting client request has waited request_timeout."""
+        hold = self.calls.get(key)
+        return hold is not None and hold.overdue
+
+    def finished(self, key: CallKey) -> bool:
+        hold = self.calls.get(key)
+        return hold is None or hold.finished
+
+    # -- events -----------------------------------------------------------------
+    def handle(self, event: Event) -> list[Command]:
+        # Dispatch on the event's type; each handler returns the commands in order.
+        if isinstance(event, TimerFired):
+            return self._timer_fired(event)
+        if isinstance(event, CallArrived):
+            return self._call_arrived(event)
+        if isinstance(event, RetryArrived):
+            return self._retry_arrived(event)
+        hold = self._hold_of(event)
+        if hold is None:
+            return self._unknown(event)
+        if isinstance(event, SessionAcquired):
+            return self._session_acquired(hold, event)
+        if isinstance(event, SessionBusy):
+            return self._session_busy(hold, event)
+        if isinstance(event, ServerAsked):
+            return self._server_asked(hold, event)
+        if isinstance(event, ServerCancelledAsk):
+            hold.call.drop_ask(event.upstream_id)
+            return []
+        if isinstance(event, UpstreamEnded):
+            return self._upstream_ended(hold, event)
+        if isinstance(event, InputGathered):
+            return self._input_gathered(hold, event)
+        if isinstance(event, WaitTimedOut):
+            return self._wait_timed_out(hold, event)
+        if isinstance(event, ClientGone):
+            return self._client_gone(hold, event)
+        raise TypeError(f"not an event of the hold machine: {event!r}")
+
+    def _hold_of(self, event: Event) -> Hold | None:
+        key = getattr(event, "key", None)
+        return self.calls.get(key) if isinstance(key, int) else None
+
+    def _unknown(self, event: Event) -> list[Command]:
+        """An event for a call the table no longer has: it ended."""
+        if isinstance(event, ServerAsked):
+            ended = replies.no_client_answer(event.request["id"], "the call has ended")
+            return [AnswerServer(event.key, ended)]
+        return []
+
+    def _call_arrived(self, event: CallArrived) -> list[Command]:
+        limit = self.settings.max_parked_calls
+        if len(self.parked) >= limit:
+            return [ReplyToClient(replies.parked_limit(event.client_id, limit))]
+        hold = self.calls[event.key] = Hold(event.key, event.call)
+        return self._acquire(hold, event.client_id, event.now)
+
+    def _acquire(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
+        hold.acquiring = True
+        due = StartTimer(SessionDue(hold.key), now + self.settings.request_timeout)
+        return [due, AcquireSession(hold.key, client_id)]
+
+    def _stop_acquiring(self, hold: Hold) -> list[Command]:
+        was_acquiring = hold.acquiring
+        hold.acquiring = False
+        return [CancelTimer(SessionDue(hold.key))] if was_acquiring else []
+
+    def _session_acquired(self, hold: Hold, event: SessionAcquired) -> list[Command]:
+        cmds = self._stop_acquiring(hold)
+        if not hold.started:
+            hold.started = True
+            return [*cmds, StartUpstream(hold.key), *self._await(hold, event.client_id, event.now)]
+        if hold.finished:
+            # The call ended upstream while its retry waited for the session:
+            # nothing on the wire is this call's any more, so the session goes
+            # straight back (nothing else would ever release it).
+            cmds.append(ReleaseSession(hold.key))
+        return [*cmds, *self._continue(hold, event.client_id, event.now)]
+
+    def _session_busy(self, hold: Hold, event: SessionBusy) -> list[Command]:
+        hold.acquiring = False  # its timer fired: that is how it was given up
+        if not hold.started:
+            del self.calls[hold.key]
+            return [ReplyToClient(replies.session_busy(event.client_id, retrying=False))]
+        cmds = self._park(hold, event.now)
+        hold.busy = False
+        hold.retry = None
+        return [*cmds, ReplyToClient(replies.session_busy(event.client_id, retrying=True))]
+
+    # -- server requests during the call ---------------------------------------
+    def _server_asked(self, hold: Hold, event: ServerAsked) -> list[Command]:
+        msg = event.request
+        if hold.closed or hold.missing is not None or hold.finished:
+            # No client will answer any more (the call ended, or is ending,
+            # before this request could be served). Once the call is being
+            # cancelled upstream the reply is left out: the server drops the
+            # request with the call, and a reply racing that teardown is what
+            # breaks it.
+            ended = replies.no_client_answer(msg["id"], "the call has ended")
+            return [] if hold.cancel_sent else [AnswerServer(hold.key, ended)]
+        limit = self.settings.max_asks
+        if len(hold.call.asks) >= limit:
+            # One input_required carries them all: a server that asks without
+            # end must not grow it without end.
+            return [AnswerServer(hold.key, replies.too_many_asks(msg["id"], limit))]
+        outcome = hold.call.add_ask(msg)
+        if isinstance(outcome, core.Prefilled):
+            return [AnswerServer(hold.key, wire.result_response(msg["id"], outcome.result))]
+        if isinstance(outcome, core.MissingCapability):
+            # The call needs what the client never declared: a modern server
+            # would have answered -32021, so the client hears that, and the
+            # legacy server's call is cancelled.
+            hold.missing = outcome
+            refusal = wire.error_response(msg["id"], wire.METHOD_NOT_FOUND, outcome.reason)
+            return [
+                Log("call needs an undeclared client capability", fields={"why": outcome.reason}),
+                AnswerServer(hold.key, refusal),
+                *self._start_wind_down(hold, event.now),
+            ]
+        if isinstance(outcome, str):
+            refusal = wire.error_response(
+                msg["id"], wire.METHOD_NOT_FOUND, f"{msg['method']} refused: {outcome}"
+            )
+            return [
+                Log(
+                    "server request the client cannot take refused",
+                    fields={"method": msg["method"], "why": outcome},
+                ),
+                AnswerServer(hold.key, refusal),
+            ]
+        return [Wake(hold.key)]
+
+    def _upstream_ended(self, hold: Hold, event: UpstreamEnded) -> list[Command]:
+        hold.reply = event.reply
+        handle = hold.call.handle
+        cmds: list[Command] = []
+        if event.failed and event.reply is not None and handle is not None and self._parked(hold):
+            # Nobody waits on it and it cannot be continued: free its slot now,
+            # not when its state expires; its retry still hears why.
+            self.failed[handle] = event.reply
+            while len(self.failed) > self.settings.max_parked_calls:  # bounded like the slots
+                self.failed.popitem(last=False)
+            cmds += self._forget(hold)
+        hold.finished = True
+        cmds += [ReleaseSession(hold.key), Wake(hold.key)]
+        if hold.wind_down:
+            hold.wind_down = False
+            cmds.append(CancelTimer(WindDown(hold.key)))
+        if hold.cancel_sent:
+            # The server was told to cancel the call: a reply to one of its
+            # requests now could meet the request being torn down (see _close).
+            hold.call.asks.clear()
+        else:
+            cmds += self._refuse_asks(hold, "the call it belonged to has ended")
+        self._settle(hold)
+        return cmds
+
+    # -- answering the waiting client -----------------------------------------
+    def _input_gathered(self, hold: Hold, event: InputGathered) -> list[Command]:
+        stopped = self._stop_waiting(hold)
+        hold.busy = False
+        if hold.finished:
+            cmds = self._forget(hold)
+            self._settle(hold)
+            return [*stopped, *cmds, self._final(hold, event)]
+        try:
+            result = hold.call.input_required(
+                self.sealer,
+                now_ms=event.now_ms,
+                ttl_ms=int(self.settings.state_ttl * 1000),
+                nonce=event.nonce,
+            )
+        except core.TooManyRounds as exc:
+            error = replies.too_many_rounds(event.client_id, str(exc))
+            return [*stopped, *self._close(hold, str(exc), event.now), ReplyToClient(error)]
+        self.rounds += 1
+        if hold.call.replay:
+            # Replay mode keeps nothing: stop the run; the retry starts it afresh.
+            cmds = self._close(hold, "replay mode: re-run on retry", event.now)
+        else:
+            cmds = self._park(hold, event.now)
+        fields = {
+            "keys": list(result["inputRequests"]),
+            "round": hold.call.round,
+            "mode": "replay" if hold.call.replay else "hold",
+        }
+        return [
+            *stopped,
+            *cmds,
+            Log("asking the client for input", fields=fields),
+            ReplyToClient(wire.result_response(event.client_id, result)),
+        ]
+
+    def _final(self, hold: Hold, event: InputGathered) -> Command:
+        client_id = event.client_id
+        if hold.missing is not None:
+            return ReplyToClient(hold.missing.error(client_id))
+        if hold.reply is None:
+            return ReplyToClient(replies.upstream_cancelled(client_id))
+        error = hold.reply.get("error")
+        if isinstance(error, dict) and error.get("code") == wire.URL_ELICITATION_REQUIRED:
+            expires_ms = event.now_ms + int(self.settings.state_ttl * 1000)
+            return ReplyToClient(
+                replies.url_elicitation_required(
+                    client_id,
+                    error,
+                    hold.call,
+                    self.sealer,
+                    expires_ms=expires_ms,
+                    nonce=event.nonce,
+                )
+            )
+        return ShapeReply(hold.key, client_id, hold.reply)
+
+    def _wait_timed_out(self, hold: Hold, event: WaitTimedOut) -> list[Command]:
+        stopped = self._stop_waiting(hold)
+        cmds = self._close(hold, "no result and no input request within request_timeout", event.now)
+        cmds = [*stopped, *cmds]
+        hold.busy = False
+        self._settle(hold)
+        error = replies.upstream_timeout(event.client_id, self.settings.request_timeout)
+        return [*cmds, ReplyToClient(error)]
+
+    def _client_gone(self, hold: Hold, event: ClientGone) -> list[Command]:
+        if not hold.started:
+            # Gone while waiting for the session: nothing ran.
+            del self.calls[hold.key]
+            return self._stop_acquiring(hold)
+        # The call's work stops, and the session it holds is free again
+        # (2026-07-28 "Cancellation").
+        cmds = [
+            *self._stop_acquiring(hold),
+            *self._stop_waiting(hold),
+            *self._close(hold, event.reason, event.now),
+        ]
+        hold.busy = False
+        hold.retry = None
+        self._settle(hold)
+        return cmds
+
+    # -- the client's retry ------------------------------------------------------
+    def _retry_arrived(self, event: RetryArrived) -> list[Command]:
+        handle = event.claims.handle
+        assert handle is not None, "replay and re-send states run a new call"
+        key = self.parked.get(handle)
+        hold = self.calls.get(key) if key is not None else None
+        failed = self.failed.pop(handle, None) if hold is None else None
+        if failed is not None:
+            return [ReplyToClient({**failed, "id": event.client_id})]
+        if hold is None or hold.closed:
+            gone = (
+                "the call this requestState continues is gone "
+                "(finished, expired, or parked on another gateway instance)"
+            )
+            return [ReplyToClient(replies.invalid(event.client_id, gone))]
+        if hold.busy:
+            why = "a retry of this request is already in progress"
+            return [ReplyToClient(replies.invalid(event.client_id, why))]
+        hold.busy = True
+        cmds: list[Command] = [CancelTimer(Expiry(hold.key))]
+        try:
+            # Check before waiting for the session: a bad retry must not queue
+            # behind other calls, and must leave the call as it was.
+            hold.call.check_retry(event.claims, event.input_responses)
+        except StateRejected as exc:
+            hold.busy = False
+            return [
+                *cmds,
+                Log("retry rejected", fields={"why": str(exc)}),
+                *self._park(hold, event.now),  # the call stays parked for a correct retry
+                ReplyToClient(replies.invalid(event.client_id, str(exc))),
+            ]
+        hold.retry = (event.claims, event.input_responses)
+        if hold.finished:
+            return [*cmds, *self._continue(hold, event.client_id, event.now)]
+        return [*cmds, *self._acquire(hold, event.client_id, event.now)]
+
+    def _continue(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
+        assert hold.retry is not None
+        claims, responses = hold.retry
+        hold.retry = None
+        outcome = hold.call.accept_retry(claims, responses)
+        cmds: list[Command] = [
+            AnswerServer(hold.key, wire.result_response(ask.upstream_id, result))
+            for ask, result in outcome.answers
+        ]
+        return [*cmds, *self._await(hold, client_id, now)]
+
+    def _await(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
+        hold.waiting = True
+        due = StartTimer(OutcomeDue(hold.key), now + self.settings.request_timeout)
+        return [due, AwaitOutcome(hold.key, client_id)]
+
+    def _stop_waiting(self, hold: Hold) -> list[Command]:
+        was_waiting = hold.waiting
+        hold.waiting = hold.overdue = False
+        return [CancelTimer(OutcomeDue(hold.key))] if was_waiting else []
+
+    # -- parking, expiry, closing -----------------------------------------------
+    def _timer_fired(self, event: TimerFired) -> list[Command]:
+        timer = event.timer
+        timers = Expiry | WindDown | OutcomeDue | SessionDue
+        hold = self.calls.get(timer.key) if isinstance(timer, timers) else None
+        if hold is None:
+            return []
+        if isinstance(timer, SessionDue):
+            return [GiveUpSession(hold.key)] if hold.acquiring else []
+        if isinstance(timer, OutcomeDue):
+            if not hold.waiting or hold.overdue:
+                return []
+            hold.overdue = True
+            return [Wake(hold.key)]
+        if isinstance(timer, Expiry):
+            if not self._parked(hold):
+                return []  # retried or forgotten while the timer fired
+            cmds = self._close(hold, "expired: the client never retried", event.now)
+            self._settle(hold)
+            return cmds
+        if not hold.wind_down:
+            return []
+        hold.wind_down = False
+        if hold.finished:
+            return []
+        hold.cancel_sent = True
+        return [CancelUpstream(hold.key)]
+
+    def _parked(self, hold: Hold) -> bool:
+        """Parked for its client's retry, and no retry is in progress."""
+        handle = hold.call.handle
+        return handle is not None and self.parked.get(handle) == hold.key and not hold.busy
+
+    def _park(self, hold: Hold, now: float) -> list[Command]:
+        handle = hold.call.handle
+        assert handle is not None
+        self.parked[handle] = hold.key
+        # While the client gathers input the server waits on us, so nothing on
+        # the wire can be this call's: the session is free for other calls
+        # until the retry takes it back (a client that never retries must not
+        # block everyone until the state expires).
+        return [
+            ReleaseSession(hold.key),
+            StartTimer(Expiry(hold.key), now + self.settings.state_ttl),
+        ]
+
+    def _forget(self, hold: Hold) -> list[Command]:
+        handle = hold.call.handle
+        if handle is not None and self.parked.get(handle) == hold.key:
+            del self.parked[handle]
+            return [CancelTimer(Expiry(hold.key))]
+        return []
+
+    def _settle(self, hold: Hold) -> None:
+        """Drop a call nothing can reach any more."""
+        handle = hold.call.handle
+        reachable = handle is not None and self.parked.get(handle) == hold.key
+        if hold.finished and not reachable and not hold.waiting and not hold.busy:
+            self.calls.pop(hold.key, None)
+
+    def _close(self, hold: Hold, reason: str, now: float) -> list[Command]:
+        """End a bridged call early: refuse its pending asks, and cancel it
+        upstream if the server does not end it by itself within the wind-down.
+
+        The order matters to real servers (see upstream_session.WIND_DOWN): the
+        server first hears that no answer will come, which ends a tool that
+        only waited for one, and only a call still running after that gets
+        `notifications/cancelled`, after which nothing more is sent for it.
+        """
+        if hold.closed:
+            return []
+        hold.closed = True
+        cmds: list[Command] = [
+            Log("bridged call closed", fields={"reason": reason, "handle": hold.call.handle}),
+            *self._forget(hold),
+            *self._refuse_asks(hold, reason),
+        ]
+        if not hold.finished:
+            cmds += self._start_wind_down(hold, now)
+        return cmds
+
+    def _start_wind_down(self, hold: Hold, now: float) -> list[Command]:
+        if hold.wind_down or hold.finished:
+            return []
+        hold.wind_down = True
+        return [StartTimer(WindDown(hold.key), now + self.settings.wind_down)]
+
+    def _refuse_asks(self, hold: Hold, reason: str) -> list[Command]:
+        asks = list(hold.call.asks.values())
+        hold.call.asks.clear()
+        if not asks:
+            return []
+        refusals = tuple(replies.no_client_answer(a.upstream_id, reason) for a in asks)
+        return [RefuseServerAsks(hold.key, refusals)]

@@ -1,0 +1,95 @@
+"""What the hold machine (core/mrtr_hold.py) says itself: its answers to the
+client and its refusals to the server, each in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import wire
+from gateway.core import mrtr_bridge as core
+from gateway.core import mrtr_shapes
+from gateway.core.request_state import Claims, Sealer
+
+# -- to the client ----------------------------------------------------------------
+
+
+def invalid(client_id: wire.RequestId, why: str) -> wire.Message:
+    return wire.error_response(client_id, wire.INVALID_PARAMS, f"Invalid params: {why}")
+
+
+def parked_limit(client_id: wire.RequestId, limit: int) -> wire.Message:
+    message = f"Too many calls waiting for client input (limit {limit})"
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="parked-limit")
+
+
+def session_busy(client_id: wire.RequestId, *, retrying: bool) -> wire.Message:
+    if retrying:
+        message = "The upstream session stayed busy; retry with the same requestState"
+    else:
+        message = "The upstream session stayed busy with another call that needs client input"
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="session-busy")
+
+
+def too_many_rounds(client_id: wire.RequestId, why: str) -> wire.Message:
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, why, reason="mrtr-rounds")
+
+
+def upstream_cancelled(client_id: wire.RequestId) -> wire.Message:
+    message = "The upstream call was cancelled"
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="upstream-cancelled")
+
+
+def upstream_timeout(client_id: wire.RequestId, seconds: float) -> wire.Message:
+    message = f"Upstream did not answer within {seconds:g}s"
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="upstream-timeout")
+
+
+def url_elicitation_required(
+    client_id: wire.RequestId,
+    error: dict[str, Any],
+    call: core.HeldCall,
+    sealer: Sealer,
+    *,
+    expires_ms: int,
+    nonce: str,
+) -> wire.Message:
+    """2025-11-25's -32042 becomes an input_required with URL elicitations;
+    the retry re-sends the original call (DESIGN §5.1.6)."""
+    items = core.url_elicitations(error)
+    if items is None or not core.client_supports(
+        call.client_caps, "elicitation/create", {"mode": "url"}
+    ):
+        # -32042 must never reach a modern client (2026-07-28 "Error Codes").
+        return wire.error_response(
+            client_id,
+            wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "The server needs a URL elicitation, which the client did not declare",
+            {"requiredCapabilities": {"elicitation": {"url": {}}}},
+        )
+    claims = Claims(
+        instance=sealer.instance,
+        principal=call.principal,
+        method=call.method,
+        digest=call.digest,
+        round=1,
+        expires_ms=expires_ms,
+        resend=True,
+        nonce=nonce,
+    )
+    inputs = {
+        f"url-{i}": {"method": "elicitation/create", "params": p}
+        for i, p in enumerate(items, start=1)
+    }
+    return wire.result_response(client_id, mrtr_shapes.input_required(inputs, sealer.seal(claims)))
+
+
+# -- to the server ----------------------------------------------------------------
+
+
+def no_client_answer(upstream_id: wire.RequestId, reason: str) -> wire.Message:
+    return wire.error_response(upstream_id, wire.INTERNAL_ERROR, f"No client answer: {reason}")
+
+
+def too_many_asks(upstream_id: wire.RequestId, limit: int) -> wire.Message:
+    message = f"Too many requests for client input at once (limit {limit})"
+    return wire.error_response(upstream_id, wire.INTERNAL_ERROR, message)

@@ -1,0 +1,167 @@
+"""Issue #11 item 4: "the fronts depend on a small protocol the runtime
+implements (no fronts <-> runtime cycle); metrics render a snapshot
+dataclass". Today's main has `metrics.render` reach into
+`front.service.pool` and `service.bridge.held`, and the HTTP front import
+gateway.runtime.service. Here the front runs on a stand-in for the gateway
+that is nothing but the protocol: /readyz and /metrics read its snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from anyio.abc import TaskGroup
+
+from gateway import wire
+from gateway.client_link import ClientLink
+from gateway.config import Config
+from gateway.fronts.http_front import HttpFront
+from gateway.fronts.metrics import Metrics
+from gateway.fronts.port import GatewayPort, GatewaySnapshot, Readiness
+from gateway.runtime.service import GatewayService
+
+pytestmark = pytest.mark.anyio
+
+SNAPSHOT = GatewaySnapshot(
+    upstream_sessions=3,
+    parked_calls=2,
+    rounds_to_modern_client=5,
+    rounds_to_legacy_client=7,
+    upstream_restarts=1,
+    upstream_ready=True,
+)
+
+
+@dataclass
+class StandIn:
+    """A gateway as the fronts see it (GatewayPort), and nothing more."""
+
+    ready: Readiness
+    config: Config = field(default_factory=lambda: Config(command=("x",), state_key="k" * 32))
+    links: set[ClientLink] = field(default_factory=set)
+    credentials: dict[str, str] = field(default_factory=dict)
+
+    async def handle_client_message(
+        self, link: ClientLink, msg: wire.Message, tg: TaskGroup, *, checked: bool = False
+    ) -> None:
+        raise AssertionError("no client message is expected")
+
+    def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
+        raise AssertionError("no client reply is expected")
+
+    def cancel_request(self, link: ClientLink, msg_id: wire.RequestId) -> None:
+        return None
+
+    def drop_link(self, link: ClientLink) -> None:
+        self.links.discard(link)
+
+    def remember_credential(self, principal: str, credential: str) -> None:
+        self.credentials[principal] = credential
+
+    def path_for(self, legacy_client: bool) -> str:
+        return "modern->modern"
+
+    def readiness(self) -> Readiness:
+        return self.ready
+
+    def snapshot(self) -> GatewaySnapshot:
+        return SNAPSHOT
+
+
+async def _get(port: GatewayPort, path: str) -> httpx.Response:
+    front = HttpFront(port, Metrics())
+    transport = httpx.ASGITransport(app=front)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        return await client.get(path)
+
+
+def test_the_runtime_service_is_what_the_fronts_need() -> None:
+    """GatewayService implements the fronts' protocol (mypy checks the
+    signatures where http_app hands it to HttpFront; this checks the names)."""
+    wanted = [n for n in dir(GatewayPort) if not n.startswith("_")]
+    service = GatewayService(Config(command=("x",), state_key="k" * 32))
+    assert [n for n in wanted if not hasattr(service, n)] == []
+    assert {"config", "links"} <= set(GatewayPort.__annotations__)
+
+
+def test_metrics_render_the_snapshot() -> None:
+    """/metrics: the gateway's gauges come from the snapshot, the client
+    sessions from the front."""
+    text = Metrics().render(SNAPSHOT, client_sessions=4)
+    for line in [
+        "mcp_gateway_sessions 4",
+        "mcp_gateway_upstream_sessions 3",
+        "mcp_gateway_parked_calls 2",
+        'mcp_gateway_mrtr_rounds_total{direction="to_modern_client"} 5',
+        'mcp_gateway_mrtr_rounds_total{direction="to_legacy_client"} 7',
+        "mcp_gateway_upstream_restarts_total 1",
+        "mcp_gateway_upstream_ready 1",
+    ]:
+        assert line in text.splitlines()
+
+
+async def test_the_front_serves_metrics_from_the_port() -> None:
+    """The front asks the port for the snapshot; it reaches into nothing else."""
+    response = await _get(StandIn(Readiness(True, era="modern")), "/metrics")
+    assert response.status_code == 200
+    assert "mcp_gateway_parked_calls 2" in response.text.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("ready", "status", "body"),
+    [
+        (
+            Readiness(
+                True,
+                era="dual",
+                server_info={"name": "s"},
+                modern_version="2026-07-28",
+                legacy_version="2025-11-25",
+            ),
+            200,
+            {
+                "status": "ready",
+                "era": "dual",
+                "server": {"name": "s"},
+                "versions": {"modern": "2026-07-28", "legacy": "2025-11-25"},
+            },
+        ),
+        (
+            Readiness(True, era="legacy", server_info={"name": "s"}),
+            200,
+            {"status": "ready", "era": "legacy", "server": {"name": "s"}},
+        ),
+        (
+            Readiness(False, awaiting_credentials=True),
+            200,
+            {
+                "status": "ready",
+                "era": None,
+                "reason": "the upstream requires authorization; its era is probed "
+                "with the first client's forwarded credential",
+            },
+        ),
+        (
+            Readiness(False, failure="[Errno 2] No such file or directory: 'x'"),
+            503,
+            {"status": "not ready", "reason": "[Errno 2] No such file or directory: 'x'"},
+        ),
+        (
+            Readiness(False),
+            503,
+            {"status": "not ready", "reason": "upstream era not settled yet"},
+        ),
+    ],
+    ids=["dual", "settled", "awaiting-credentials", "failed", "starting"],
+)
+async def test_readyz_reads_the_readiness_snapshot(
+    ready: Readiness, status: int, body: dict[str, Any]
+) -> None:
+    """README "As an HTTP sidecar": /readyz says ready or not, and to those who
+    may read /metrics the era, the server and the failure; unchanged, from
+    the runtime's Readiness instead of the pool's fields."""
+    response = await _get(StandIn(ready), "/readyz")
+    assert response.status_code == status
+    assert response.json() == body

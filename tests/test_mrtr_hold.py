@@ -1,0 +1,774 @@
+"""The MRTR hold lifecycle as playbooks (2026-07-28 basic/patterns/mrtr; DESIGN
+§5.1.6-5.1.8; issue #11 item 1): no sockets, no sleeps, timers fired by the test.
+End-to-end wiring stays in test_mrtr_bridge.py."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import wire
+from gateway.core import mrtr_bridge as core
+from gateway.core.engine import CancelTimer, Log, StartTimer, TimerFired
+from gateway.core.mrtr_hold import HoldSettings, HoldTable
+from gateway.core.mrtr_hold_events import (
+    AcquireSession,
+    AnswerServer,
+    AwaitOutcome,
+    CallArrived,
+    CancelUpstream,
+    ClientGone,
+    Expiry,
+    GiveUpSession,
+    InputGathered,
+    OutcomeDue,
+    RefuseServerAsks,
+    ReleaseSession,
+    ReplyToClient,
+    RetryArrived,
+    ServerAsked,
+    ServerCancelledAsk,
+    SessionAcquired,
+    SessionBusy,
+    SessionDue,
+    ShapeReply,
+    StartUpstream,
+    UpstreamEnded,
+    WaitTimedOut,
+    Wake,
+    WindDown,
+)
+from gateway.core.request_state import Claims, Sealer
+from tests.playbook import Placeholder, Playbook, later, matching
+
+SEALER = Sealer(b"s" * 32, "gw")
+TTL = 60.0
+WIND = 1.0
+RT = 30.0  # request_timeout
+NOW_MS = 1_000_000
+ALL: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+ELICIT = {"message": "name?", "requestedSchema": {}}
+ASK_NAME = wire.request("srv-1", "elicitation/create", ELICIT)
+ASK_ROOTS = wire.request("srv-2", "roots/list")
+RESULT = wire.result_response(0, {"content": [{"type": "text", "text": "Hello, Ada"}]})
+
+
+def table(**settings: Any) -> HoldTable:
+    base: dict[str, Any] = {
+        "state_ttl": TTL,
+        "max_parked_calls": 8,
+        "request_timeout": 30.0,
+        "wind_down": WIND,
+    }
+    return HoldTable(HoldSettings(**{**base, **settings}), SEALER)
+
+
+def held(
+    caps: dict[str, Any] | None = None, rounds: int = 5, replay: bool = False
+) -> core.HeldCall:
+    return core.HeldCall(
+        handle=None if replay else "h",
+        principal="p",
+        method="tools/call",
+        digest="d",
+        client_caps=ALL if caps is None else caps,
+        max_rounds=rounds,
+        replay_answers={} if replay else None,
+    )
+
+
+def opened(state: Placeholder[str]) -> Claims:
+    token = state()
+    return SEALER.open(token, principal="p", method="tools/call", digest="d", now_ms=NOW_MS)
+
+
+def input_required(client_id: int, inputs: dict[str, Any], state: str) -> wire.Message:
+    result = {"resultType": "input_required", "inputRequests": inputs, "requestState": state}
+    return wire.result_response(client_id, result)
+
+
+def asked(*requests: wire.Message) -> dict[str, Any]:
+    return {
+        f"input-{n}": {"method": r["method"], "params": r.get("params", {})}
+        for n, r in enumerate(requests, start=1)
+    }
+
+
+def gathered(client_id: int, now: float = 10.0) -> InputGathered:
+    return InputGathered(1, client_id, now, NOW_MS, f"nonce-{client_id}")
+
+
+def retry(client_id: int, state: Placeholder[str], responses: object) -> RetryArrived:
+    return RetryArrived(client_id, later(lambda: opened(state)), responses, 20.0)
+
+
+def parked(t: HoldTable, *requests: wire.Message) -> tuple[Playbook, Placeholder[str]]:
+    """A call that asked for `requests` and is parked for its client's retry."""
+    state = Placeholder(str)
+    playbook = Playbook(t) >> CallArrived(1, 1, held(), 0.0)
+    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, 1)
+    playbook >> SessionAcquired(1, 1, 2.0) << CancelTimer(SessionDue(1)) << StartUpstream(1)
+    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, 1)
+    for request in requests:
+        playbook >> ServerAsked(1, request, 5.0) << Wake(1)
+    playbook >> gathered(1) << CancelTimer(OutcomeDue(1))
+    playbook << ReleaseSession(1) << StartTimer(Expiry(1), 10.0 + TTL)
+    playbook << ReplyToClient(input_required(1, asked(*requests), state.match))
+    assert playbook
+    return playbook, state
+
+
+def accept(name: str) -> dict[str, Any]:
+    return {"action": "accept", "content": {"name": name}}
+
+
+def test_a_parked_call_is_continued_by_its_retry() -> None:
+    """MRTR "Ephemeral Workflow": the input_required answer carries the
+    server's request under a gateway key, the retry's answer goes to the
+    parked upstream call (never re-sent), and the final reply carries the
+    retry's id."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    assert t.parked == {"h": 1}
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Ada")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Ada")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 2)
+        >> UpstreamEnded(1, RESULT)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(2)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << ShapeReply(1, 2, RESULT)
+    )
+    assert not t.parked and not t.calls and t.rounds == 1
+
+
+def test_requests_sent_together_go_out_in_one_input_required() -> None:
+    parked(table(), ASK_NAME, ASK_ROOTS)
+
+
+def test_missing_answers_are_asked_again_and_rounds_count() -> None:
+    """MRTR "Error Handling": what was not answered is asked again; keys
+    that were never asked are ignored."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    again = Placeholder(str)
+    assert (
+        playbook
+        >> retry(2, state, {"bogus": {"x": 1}})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 2)
+        >> gathered(2, now=30.0)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 30.0 + TTL)
+        << ReplyToClient(input_required(2, asked(ASK_NAME), again.match))
+    )
+    assert opened(again).round == 2 and t.rounds == 2
+
+
+def test_bad_retries_are_rejected_and_leave_the_call_parked() -> None:
+    """A stale state or a malformed answer is -32602, nothing reaches the
+    server, and the call stays parked for a correct retry."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    repark = [ReleaseSession(1), StartTimer(Expiry(1), 20.0 + TTL)]
+    playbook >> retry(2, state, {"input-1": {"action": "perhaps"}}) << CancelTimer(Expiry(1))
+    for cmd in repark:
+        playbook << cmd
+    playbook << ReplyToClient(
+        wire.error_response(2, wire.INVALID_PARAMS, matching("inputResponses.*action"))
+    )
+    playbook >> retry(3, state, ["not", "an", "object"]) << CancelTimer(Expiry(1))
+    for cmd in repark:
+        playbook << cmd
+    playbook << ReplyToClient(
+        wire.error_response(3, wire.INVALID_PARAMS, matching("must be an object"))
+    )
+    assert playbook
+    assert (
+        playbook
+        >> retry(4, state, {"input-1": accept("Di")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 4)
+    )
+    # A second retry while this one waits for the session.
+    assert (
+        playbook
+        >> retry(5, state, {"input-1": accept("Di")})
+        << ReplyToClient(wire.error_response(5, wire.INVALID_PARAMS, matching("in progress")))
+    )
+
+
+def test_a_state_already_used_is_rejected() -> None:
+    t = table()
+    playbook, state = parked(t, ASK_NAME, ASK_ROOTS)
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Cy")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Cy")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 2)
+        >> gathered(2, now=30.0)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 30.0 + TTL)
+        << ReplyToClient(
+            input_required(2, {"input-2": asked(ASK_NAME, ASK_ROOTS)["input-2"]}, matching(""))
+        )
+        >> retry(3, state, {"input-2": {"roots": []}})
+        << CancelTimer(Expiry(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 20.0 + TTL)
+        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("already used")))
+    )
+
+
+def test_expiry_refuses_the_servers_requests_and_waits_before_cancelling() -> None:
+    """Issue defect "100 parked MRTR calls expiring at once kill the mcp 1.30
+    upstream": on expiry the server first hears that no answer will come; a
+    server that then ends the call is not also sent a cancellation."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    refusal = wire.error_response(
+        "srv-1", wire.INTERNAL_ERROR, "No client answer: expired: the client never retried"
+    )
+    assert (
+        playbook
+        >> TimerFired(Expiry(1), 70.0)
+        << CancelTimer(Expiry(1))
+        << RefuseServerAsks(1, (refusal,))
+        << StartTimer(WindDown(1), 70.0 + WIND)
+        >> UpstreamEnded(1, RESULT)
+        << ReleaseSession(1)
+        << Wake(1)
+        << CancelTimer(WindDown(1))
+        >> retry(2, state, {"input-1": accept("Z")})
+        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("gone")))
+    )
+    assert not t.calls and not t.parked
+
+
+def test_a_call_still_running_after_the_wind_down_is_cancelled_and_hears_nothing_more() -> None:
+    """The refusal first, the cancellation after WIND_DOWN, and nothing for the
+    call after the cancellation (not even a refusal of a late request)."""
+    t = table()
+    playbook, _ = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> TimerFired(Expiry(1), 70.0)
+        << CancelTimer(Expiry(1))
+        << RefuseServerAsks(1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("")),))
+        << StartTimer(WindDown(1), 70.0 + WIND)
+        >> TimerFired(WindDown(1), 71.0)
+        << CancelUpstream(1)
+        >> ServerAsked(1, ASK_ROOTS, 71.5)
+        >> UpstreamEnded(1, None)
+        << ReleaseSession(1)
+        << Wake(1)
+    )
+    assert not t.calls
+
+
+def test_a_cancelled_retry_closes_the_call() -> None:
+    """2026-07-28 "Cancellation": the call's work stops."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Q")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> SessionAcquired(1, 2, 2.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Q")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 2)
+        >> ClientGone(1, "the retry was cancelled", 25.0)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << StartTimer(WindDown(1), 25.0 + WIND)
+        >> TimerFired(WindDown(1), 26.0)
+        << CancelUpstream(1)
+    )
+    assert not t.parked
+
+
+def test_a_parked_call_whose_server_died_frees_its_slot_and_its_retry_hears_why() -> None:
+    """The slot is free at once, not at state_ttl, and the retry gets the failure
+    with its own id (end to end: test_upstream_slots.py)."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    failure = wire.gateway_error(0, wire.INTERNAL_ERROR, "gone", reason="upstream-failed")
+    assert (
+        playbook
+        >> UpstreamEnded(1, failure, failed=True)
+        << CancelTimer(Expiry(1))
+        << ReleaseSession(1)
+        << Wake(1)
+        << RefuseServerAsks(
+            1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("ended")),)
+        )
+    )
+    assert not t.parked and not t.calls
+    assert (
+        playbook >> retry(2, state, {"input-1": accept("Y")}) << ReplyToClient({**failure, "id": 2})
+    )
+
+
+def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
+    """2026-07-28 "Per-request protocol fields": -32021 with requiredCapabilities;
+    the legacy server's request is refused, and a server that ends the call is
+    not also cancelled."""
+    t = table()
+    needed: dict[str, Any] = {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert (
+        Playbook(t)
+        >> CallArrived(1, 7, held(caps={"sampling": {}}), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 7)
+        >> SessionAcquired(1, 7, 2.0)
+        << CancelTimer(SessionDue(1))
+        << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 7)
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << AnswerServer(
+            1, wire.error_response("srv-1", wire.METHOD_NOT_FOUND, matching("elicitation"))
+        )
+        << StartTimer(WindDown(1), 5.0 + WIND)
+        >> UpstreamEnded(1, RESULT)
+        << ReleaseSession(1)
+        << Wake(1)
+        << CancelTimer(WindDown(1))
+        >> gathered(7)
+        << CancelTimer(OutcomeDue(1))
+        << ReplyToClient(
+            wire.error_response(
+                7, wire.MISSING_REQUIRED_CLIENT_CAPABILITY, matching("capability"), needed
+            )
+        )
+    )
+    assert not t.calls
+
+
+def test_limits_parked_calls_rounds_and_asks() -> None:
+    t = table(max_parked_calls=1, max_asks=1)
+    playbook, _ = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> CallArrived(2, 9, held(), 0.0)
+        << ReplyToClient(
+            wire.gateway_error(9, wire.INTERNAL_ERROR, matching("limit 1"), reason="parked-limit")
+        )
+    )
+    t = table(max_asks=1)
+    assert (
+        Playbook(t)
+        >> CallArrived(1, 1, held(rounds=1), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 1)
+        >> SessionAcquired(1, 1, 2.0)
+        << CancelTimer(SessionDue(1))
+        << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 1)
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> ServerAsked(1, ASK_ROOTS, 5.0)
+        << AnswerServer(1, wire.error_response("srv-2", wire.INTERNAL_ERROR, matching("limit 1")))
+        >> ServerCancelledAsk(1, "srv-1")
+        >> ServerAsked(1, ASK_ROOTS, 6.0)
+        << Wake(1)
+    )
+    # max_rounds=1: the first input_required is the last one.
+    t.calls[1].call.round = 1
+    assert (
+        Playbook(t)
+        >> gathered(1, now=8.0)
+        << CancelTimer(OutcomeDue(1))
+        << RefuseServerAsks(
+            1, (wire.error_response("srv-2", wire.INTERNAL_ERROR, matching("more than 1")),)
+        )
+        << StartTimer(WindDown(1), 8.0 + WIND)
+        << ReplyToClient(
+            wire.gateway_error(
+                1, wire.INTERNAL_ERROR, matching("more than 1"), reason="mrtr-rounds"
+            )
+        )
+    )
+
+
+def test_busy_sessions_and_silent_servers() -> None:
+    t = table()
+    assert (
+        Playbook(t)
+        >> CallArrived(1, 1, held(), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 1)
+        >> TimerFired(SessionDue(1), 3.0)
+        << GiveUpSession(1)
+        >> SessionBusy(1, 1, 3.0)
+        << ReplyToClient(
+            wire.gateway_error(1, wire.INTERNAL_ERROR, matching("busy"), reason="session-busy")
+        )
+    )
+    assert not t.calls
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("B")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> TimerFired(SessionDue(1), 50.0)
+        << GiveUpSession(1)
+        >> SessionBusy(1, 2, 50.0)
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 50.0 + TTL)
+        << ReplyToClient(
+            wire.gateway_error(
+                2, wire.INTERNAL_ERROR, matching("same requestState"), reason="session-busy"
+            )
+        )
+        >> retry(3, state, {"input-1": accept("B")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 3)
+        >> SessionAcquired(1, 3, 2.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("B")))
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 3)
+        >> TimerFired(OutcomeDue(1), 2.0 + RT)  # request_timeout: the waiter is woken
+        << Wake(1)
+        >> TimerFired(OutcomeDue(1), 2.0 + RT)  # fired once only
+        >> WaitTimedOut(1, 3, 90.0)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << StartTimer(WindDown(1), 90.0 + WIND)
+        << ReplyToClient(
+            wire.gateway_error(
+                3,
+                wire.INTERNAL_ERROR,
+                "Upstream did not answer within 30s",
+                reason="upstream-timeout",
+            )
+        )
+    )
+
+
+def test_replay_mode_parks_nothing() -> None:
+    """DESIGN §5.1.8: the run is closed after its input_required; the key is
+    the request's digest, so a re-run meets the same key."""
+    t = table()
+    key = core.replay_key("elicitation/create", ELICIT)
+    assert (
+        Playbook(t, logs=True)
+        >> CallArrived(1, 1, held(replay=True), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 1)
+        >> SessionAcquired(1, 1, 2.0)
+        << CancelTimer(SessionDue(1))
+        << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 1)
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << Log(
+            "bridged call closed", fields={"reason": "replay mode: re-run on retry", "handle": None}
+        )
+        << RefuseServerAsks(
+            1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("replay")),)
+        )
+        << StartTimer(WindDown(1), 10.0 + WIND)
+        << Log("asking the client for input", fields={"keys": [key], "round": 1, "mode": "replay"})
+        << ReplyToClient(
+            input_required(
+                1, {key: {"method": "elicitation/create", "params": ELICIT}}, matching("")
+            )
+        )
+    )
+    assert not t.parked
+
+
+def test_log_lines_of_a_hold_round() -> None:
+    """The operator's lines are the machine's (runtime/held_calls.py prints them)."""
+    t = table()
+    state = Placeholder(str)
+    assert (
+        Playbook(t, logs=True)
+        >> CallArrived(1, 1, held(), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 1)
+        >> SessionAcquired(1, 1, 2.0)
+        << CancelTimer(SessionDue(1))
+        << StartUpstream(1)
+        << StartTimer(OutcomeDue(1), 2.0 + RT)
+        << AwaitOutcome(1, 1)
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 10.0 + TTL)
+        << Log(
+            "asking the client for input", fields={"keys": ["input-1"], "round": 1, "mode": "hold"}
+        )
+        << ReplyToClient(input_required(1, asked(ASK_NAME), state.match))
+        >> retry(2, state, {"input-1": {"action": "perhaps"}})
+        << CancelTimer(Expiry(1))
+        << Log("retry rejected", fields={"why": matching("action")})
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 20.0 + TTL)
+        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("action")))
+    )
+
+
+# -- any order of events ------------------------------------------------------------
+
+
+class Driver:
+    """Feeds the table events in any order the runtime can produce, and checks
+    what must hold whatever the order."""
+
+    def __init__(self) -> None:
+        self.t = table()
+        self.state: str | None = None
+        self.acquiring: int | None = None  # client id waiting for the session
+        self.awaiting: int | None = None  # client id waiting for the outcome
+        self.gave_up = False  # the session wait was given up (SessionDue fired)
+        self.holds_session = False
+        self.ended = False  # the upstream call returned
+        self.answered: set[int] = set()
+        self.running = False
+        self.cancelled = False
+        self.timers: set[Hashable] = set()
+        self.asks: list[str] = []
+        self.next_id = 1
+        self.now = 0.0
+
+    def feed(self, event: Any) -> None:
+        self.now += 1.0
+        if isinstance(event, SessionAcquired):
+            self.holds_session = True
+        for cmd in self.t.handle(event):
+            self.check(cmd)
+        # A call that ended upstream holds no session (else nothing frees it).
+        assert not (self.ended and self.holds_session)
+
+    def check(self, cmd: Any) -> None:
+        if isinstance(cmd, ReplyToClient):
+            client_id = cmd.reply["id"]
+            # Replies carry the client's id from the start, once per request.
+            assert client_id not in self.answered and isinstance(client_id, int)
+            self.answered.add(client_id)
+            if client_id == self.acquiring:
+                self.acquiring = None
+            if client_id == self.awaiting:
+                self.awaiting = None
+            state = cmd.reply.get("result", {}).get("requestState")
+            self.state = state if isinstance(state, str) else self.state
+        elif isinstance(cmd, AcquireSession):
+            assert isinstance(cmd.client_id, int)
+            self.acquiring, self.gave_up = cmd.client_id, False
+        elif isinstance(cmd, GiveUpSession):
+            assert self.acquiring is not None
+            self.gave_up = True
+        elif isinstance(cmd, AwaitOutcome):
+            assert isinstance(cmd.client_id, int)
+            self.acquiring, self.awaiting = None, cmd.client_id
+        elif isinstance(cmd, StartUpstream):
+            self.running = True
+        elif isinstance(cmd, ReleaseSession):
+            self.holds_session = False
+        elif isinstance(cmd, AnswerServer | RefuseServerAsks):
+            # The issue's expiry defect: nothing for a call once it is cancelled.
+            assert not self.cancelled, cmd
+        elif isinstance(cmd, CancelUpstream):
+            assert self.running and not self.cancelled
+            self.cancelled = True
+        elif isinstance(cmd, StartTimer):
+            assert isinstance(cmd.timer, Expiry | WindDown | OutcomeDue | SessionDue)
+            self.timers.add(cmd.timer)
+        elif isinstance(cmd, CancelTimer):
+            self.timers.discard(cmd.timer)
+
+    def step(self, data: Any) -> None:
+        choices = ["retry"] if self.state else []
+        if self.acquiring is not None:
+            choices += ["acquired", "gone"] + (["busy"] if self.gave_up else [])
+        if self.awaiting is not None:
+            choices += ["gone"] + (["gathered"] if self.t.ready(1) else [])
+            choices += ["timed_out"] if self.t.overdue(1) else []
+        if self.running:
+            choices += ["server_cancel", "ends"]
+            # The server's requests reach the call only while it holds the session.
+            choices += ["ask", "ask"] if self.holds_session else []
+        choices += ["timer"] if self.timers else []
+        if not choices:
+            return
+        choice = data.draw(st.sampled_from(choices))
+        client = self.acquiring or self.awaiting or 0  # client ids start at 1
+        if choice == "acquired":
+            self.feed(SessionAcquired(1, client, self.now))
+        elif choice == "busy":
+            self.feed(SessionBusy(1, client, self.now))
+        elif choice == "gone":
+            self.feed(ClientGone(1, "cancelled by the client", self.now))
+            self.acquiring = self.awaiting = None
+        elif choice == "timed_out":
+            self.feed(WaitTimedOut(1, client, self.now))
+        elif choice == "gathered":
+            self.feed(InputGathered(1, client, self.now, NOW_MS, f"n{self.now}"))
+        elif choice == "ask":
+            srv = f"srv-{self.now}"
+            self.asks.append(srv)
+            method = data.draw(st.sampled_from(["elicitation/create", "roots/list"]))
+            self.feed(ServerAsked(1, wire.request(srv, method, ELICIT), self.now))
+        elif choice == "server_cancel" and self.asks:
+            self.feed(ServerCancelledAsk(1, data.draw(st.sampled_from(self.asks))))
+        elif choice == "ends":
+            self.running, self.ended = False, True
+            failed = data.draw(st.booleans())
+            reply = None if self.cancelled else RESULT
+            self.feed(UpstreamEnded(1, reply, failed=failed and reply is not None))
+        elif choice == "timer":
+            timer = data.draw(st.sampled_from(sorted(self.timers, key=repr)))
+            self.timers.discard(timer)
+            self.feed(TimerFired(timer, self.now))
+        elif choice == "retry":
+            assert self.state is not None
+            claims = SEALER.open(
+                self.state, principal="p", method="tools/call", digest="d", now_ms=NOW_MS
+            )
+            responses = data.draw(
+                st.sampled_from([{}, None, [], {f"input-{n}": {"roots": []} for n in range(1, 9)}])
+            )
+            client_id = self.next_id = self.next_id + 1
+            if self.acquiring is None and self.awaiting is None:
+                self.feed(RetryArrived(client_id, claims, responses, self.now))
+            else:  # a concurrent retry only ever hears "in progress" or "gone"
+                cmds = self.t.handle(RetryArrived(client_id, claims, responses, self.now))
+                assert [type(c) for c in cmds] == [ReplyToClient], cmds
+
+
+@given(st.data())
+@settings(max_examples=500, deadline=None, derandomize=True)
+def test_any_order_of_events_keeps_the_rules(data: Any) -> None:
+    """Whatever the order: every client request is answered once with its own
+    id; nothing reaches the server for a call after its cancellation (issue
+    defect "100 parked MRTR calls expiring at once kill the mcp 1.30
+    upstream"); a call nothing can reach is dropped from the table."""
+    d = Driver()
+    d.feed(CallArrived(1, 1, held(caps=ALL, rounds=3), 0.0))
+    for _ in range(40):
+        d.step(data)
+    if not d.running and d.acquiring is None and d.awaiting is None and not d.t.parked:
+        assert not d.t.calls
+
+
+def test_url_elicitation_required_becomes_input_required_and_never_reaches_the_client() -> None:
+    """2025-11-25's -32042 becomes URL elicitations whose state re-sends the call
+    (DESIGN §5.1.6); a client without URL elicitation gets -32021, since -32042
+    must never reach a modern client (2026-07-28 "Error Codes")."""
+    link = {"mode": "url", "elicitationId": "e-9", "url": "https://x/auth", "message": "Sign in"}
+    needs_url = wire.error_response(
+        0, wire.URL_ELICITATION_REQUIRED, "auth needed", {"elicitations": [link]}
+    )
+    for caps, answer in (
+        (ALL, None),
+        ({"elicitation": {}}, wire.MISSING_REQUIRED_CLIENT_CAPABILITY),
+    ):
+        t = table()
+        state = Placeholder(str)
+        url_params = {"mode": "url", "url": "https://x/auth", "message": "Sign in"}
+        expected = (
+            input_required(
+                1, {"url-1": {"method": "elicitation/create", "params": url_params}}, state.match
+            )
+            if answer is None
+            else wire.error_response(
+                1, answer, matching("URL"), {"requiredCapabilities": {"elicitation": {"url": {}}}}
+            )
+        )
+        assert (
+            Playbook(t)
+            >> CallArrived(1, 1, held(caps=caps), 0.0)
+            << StartTimer(SessionDue(1), 0.0 + RT)
+            << AcquireSession(1, 1)
+            >> SessionAcquired(1, 1, 2.0)
+            << CancelTimer(SessionDue(1))
+            << StartUpstream(1)
+            << StartTimer(OutcomeDue(1), 2.0 + RT)
+            << AwaitOutcome(1, 1)
+            >> UpstreamEnded(1, needs_url)
+            << ReleaseSession(1)
+            << Wake(1)
+            >> gathered(1)
+            << CancelTimer(OutcomeDue(1))
+            << ReplyToClient(expected)
+        )
+        if answer is None:
+            claims = opened(state)
+            assert claims.resend and claims.handle is None and claims.nonce == "nonce-1"
+        assert not t.calls
+
+
+def test_a_call_that_ended_while_its_retry_waited_for_the_session_gives_it_back() -> None:
+    """On main a retry that waited for the session while its parked call ended
+    upstream took the session for good (nothing released it again): every
+    later call on that session failed session-busy. End to end:
+    test_mrtr_bridge.py::test_a_retry_that_waited_for_the_session_while_its_call_ended_frees_the_session."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    done = wire.result_response(0, {"content": [{"type": "text", "text": "gave up asking"}]})
+    refusal = wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("ended"))
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Q")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> UpstreamEnded(1, done)  # the server ended the call by itself
+        << ReleaseSession(1)
+        << Wake(1)
+        << RefuseServerAsks(1, (refusal,))
+        >> SessionAcquired(1, 2, 25.0)
+        << CancelTimer(SessionDue(1))
+        << ReleaseSession(1)  # given straight back
+        << StartTimer(OutcomeDue(1), 25.0 + RT)
+        << AwaitOutcome(1, 2)
+        >> gathered(2, now=26.0)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << ShapeReply(1, 2, done)
+    )
+    assert not t.calls and not t.parked
