@@ -3,7 +3,7 @@ transport, the service behind it on a scripted upstream. No process, no port."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +17,7 @@ from gateway.config import Config
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
-from tests.scripted import Behaviour, Upstream
+from tests.scripted import Behaviour, ScriptedServer, Upstream
 
 V = era.NEWEST_MODERN
 ACCEPT = "application/json, text/event-stream"
@@ -65,18 +65,103 @@ async def http_gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Htt
         command=("scripted",),
         **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
     )
-    async with anyio.create_task_group() as tg:
-        upstream = Upstream(behaviour, tg)
-        service = GatewayService(cfg, connect=upstream.connect)
-        front = HttpFront(service, Metrics())
-        front.tg = tg
-        await service.start(tg)
-        transport = httpx.ASGITransport(app=front)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://127.0.0.1", timeout=10
-        ) as client:
-            yield HttpGateway(front, service, client, upstream)
-        for session in list(front.sessions.values()):
-            front.end_session(session, "test over")
-        await service.aclose()
-        tg.cancel_scope.cancel()
+    spawned: list[ScriptedServer] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            upstream = Upstream(behaviour, tg, spawned)
+            service = GatewayService(cfg, connect=upstream.connect)
+            front = HttpFront(service, Metrics())
+            front.tg = tg
+            await service.start(tg)
+            transport = httpx.ASGITransport(app=front)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1", timeout=10
+            ) as client:
+                yield HttpGateway(front, service, client, upstream)
+            for session in list(front.sessions.values()):
+                front.end_session(session, "test over")
+            await service.aclose()
+            tg.cancel_scope.cancel()
+    finally:  # on every way out: hypothesis ends an example by raising in it
+        for server in spawned:
+            server.close_streams()
+
+
+class Exchange:
+    """One HTTP request and its response, as the ASGI app sees them: the
+    body comes in one message, then `http.disconnect` once the test says
+    the client went away (`gone`)."""
+
+    def __init__(self, method: str, headers: dict[str, str], body: bytes = b"") -> None:
+        self.scope: MutableMapping[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": "/mcp",
+            "raw_path": b"/mcp",
+            "query_string": b"",
+            "headers": [
+                (k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in {"host": "127.0.0.1", **headers}.items()
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 80),
+        }
+        self._body: bytes | None = body
+        self.sent: list[MutableMapping[str, Any]] = []
+        self.gone = anyio.Event()
+        self.ended = anyio.Event()
+        self._changed = anyio.Event()
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        assert not self.ended.is_set(), "sent after the end of the response"
+        self.sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            self.ended.set()
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def run(self, app: HttpFront) -> None:
+        await app(self.scope, self.receive, self.send)
+
+    async def wait_until(self, done: Callable[[], bool], timeout: float = 60) -> None:
+        with anyio.fail_after(timeout):
+            while not done():  # each pass waits for the app's next write
+                await self._changed.wait()
+
+    @property
+    def status(self) -> int:
+        return int(self.sent[0]["status"])
+
+    def header(self, name: bytes) -> bytes | None:
+        return dict(self.sent[0]["headers"]).get(name)
+
+    def body(self) -> bytes:
+        chunks = [m.get("body", b"") for m in self.sent if m["type"] == "http.response.body"]
+        return b"".join(chunks)
+
+    def text(self) -> str:
+        return self.body().decode()
+
+    def events(self) -> list[dict[str, str]]:
+        """The SSE events written so far (comments left out)."""
+        events = []
+        for block in self.text().split("\n\n"):
+            fields = dict(
+                line.partition(": ")[::2] for line in block.splitlines() if not line.startswith(":")
+            )
+            if fields:
+                events.append(fields)
+        return events
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [orjson.loads(e["data"]) for e in self.events() if e.get("data")]

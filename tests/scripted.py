@@ -121,6 +121,7 @@ class ScriptedServer:
             try:
                 items = [await self._out_recv.receive()]
             except (anyio.EndOfStream, anyio.ClosedResourceError):
+                self._out_recv.close()
                 raise ServerExited(1) from None
             while True:
                 try:
@@ -140,8 +141,7 @@ class ScriptedServer:
 
     async def aclose(self, grace: float = 5.0) -> int | None:
         self.closed = True
-        self._in_send.close()
-        self._out_send.close()
+        self.close_streams()
         return 0
 
     # script side
@@ -176,6 +176,11 @@ class ScriptedServer:
             waiting[0].set()
         return True
 
+    def close_streams(self) -> None:
+        """Close every end (a server whose script never ran still has them)."""
+        for stream in (self._in_send, self._in_recv, self._out_send, self._out_recv):
+            stream.close()
+
     def die(self) -> None:
         """Exit abruptly: the gateway sees end of stream."""
         self._out_send.close()
@@ -205,6 +210,11 @@ class Upstream:
 
         self.tg.start_soon(run)
         return server
+
+    def close(self) -> None:
+        """Close the streams of every server spawned (at the gateway's end)."""
+        for server in self.spawned:
+            server.close_streams()
 
 
 Handler = Callable[[ScriptedServer, wire.Message], Awaitable[dict[str, Any] | wire.Message | None]]
@@ -375,6 +385,24 @@ class Client:
     requests: TaskGroup
     upstream: Upstream
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _streams: list[
+        MemoryObjectSendStream[wire.Message] | MemoryObjectReceiveStream[wire.Message]
+    ] = field(default_factory=list)
+
+    def open_link(
+        self, buffer: float = math.inf, **fields: Any
+    ) -> tuple[ClientLink, MemoryObjectReceiveStream[wire.Message]]:
+        """Another client on the same gateway: its link (added to the service)
+        and its inbox; both ends are closed when the gateway is."""
+        send, receive = anyio.create_memory_object_stream[wire.Message](buffer)
+        self._streams += [send, receive]
+        link = ClientLink.over_stream(send, **{"transport": "test", **fields})
+        self.service.links.add(link)
+        return link, receive
+
+    def close_streams(self) -> None:
+        for stream in self._streams:
+            stream.close()
 
     async def send(self, msg: wire.Message) -> None:
         await self.service.handle_client_message(self.link, msg, self.requests)
@@ -442,18 +470,28 @@ async def gateway(
         command=("scripted",),
         **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
     )
-    async with anyio.create_task_group() as tg:
-        upstream = Upstream(behaviour, tg, max_bytes=cfg.max_message_bytes)
-        service = GatewayService(cfg, connect=upstream.connect)
-        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = encoding_link(send) if encode else ClientLink.over_stream(send, transport="test")
-        service.links.add(link)
-        await service.start(tg)
-        async with anyio.create_task_group() as requests:
-            yield Client(service, link, receive, requests, upstream)
-            requests.cancel_scope.cancel()
-        await service.aclose()
-        tg.cancel_scope.cancel()
+    spawned: list[ScriptedServer] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            upstream = Upstream(behaviour, tg, spawned, max_bytes=cfg.max_message_bytes)
+            service = GatewayService(cfg, connect=upstream.connect)
+            send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
+            link = encoding_link(send) if encode else ClientLink.over_stream(send, transport="test")
+            service.links.add(link)
+            await service.start(tg)
+            with send, receive:
+                async with anyio.create_task_group() as requests:
+                    client = Client(service, link, receive, requests, upstream)
+                    try:
+                        yield client
+                    finally:
+                        client.close_streams()
+                    requests.cancel_scope.cancel()
+                await service.aclose()
+            tg.cancel_scope.cancel()
+    finally:  # on every way out: hypothesis ends an example by raising in it
+        for server in spawned:
+            server.close_streams()
 
 
 def tables(service: GatewayService, links: list[ClientLink]) -> dict[str, Any]:

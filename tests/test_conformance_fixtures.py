@@ -225,6 +225,8 @@ def _stdio_listings(command: list[str]) -> dict[str, Any]:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+        proc.stdin.close()
+        proc.stdout.close()
     tools = {
         t["name"]: (
             sorted(t["inputSchema"].get("properties", {})),

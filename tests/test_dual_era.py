@@ -10,7 +10,6 @@ import anyio
 import structlog
 
 from gateway import era, wire
-from gateway.runtime.client_link import ClientLink
 from tests.inprocess import http_gateway
 from tests.scripted import (
     MODERN_META,
@@ -195,9 +194,7 @@ async def test_modern_client_is_served_modern_beside_a_legacy_client() -> None:
         await c.send(wire.request(9, "tools/call", {"name": "push", "arguments": {}}))
         asked = await c.next()
         assert asked["method"] == "elicitation/create"
-        send, inbox = anyio.create_memory_object_stream[wire.Message](10)
-        modern = ClientLink.over_stream(send, transport="test")
-        c.service.links.add(modern)
+        modern, inbox = c.open_link(10)
         meta = {"_meta": MODERN_META}
         await c.service.handle_client_message(
             modern, wire.request(1, "tools/call", {"name": "push", **meta}), c.requests

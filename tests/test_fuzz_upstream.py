@@ -36,7 +36,6 @@ from typing import Any
 
 import anyio
 import orjson
-import pytest
 import structlog.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -361,94 +360,106 @@ async def run_scenario(
         # (a process) of their own, the healthy path next to the hostile one.
         max_sessions=4,
     )
-    async with anyio.create_task_group() as tg:
-        upstream = Upstream(hostile_server(script, server_era), tg, max_bytes=MAX_BYTES)
-        service = GatewayService(cfg, connect=upstream.connect)
-        hostile_out, hostile_in = anyio.create_memory_object_stream[wire.Message](math.inf)
-        neighbour_out, neighbour_in = anyio.create_memory_object_stream[wire.Message](math.inf)
-        calm_out, calm_in = anyio.create_memory_object_stream[wire.Message](math.inf)
-        hostile = encoding_link(hostile_out, principal="hostile")
-        neighbour = encoding_link(neighbour_out, principal="hostile")
-        calm = encoding_link(calm_out, principal="calm")
-        links = [hostile, neighbour, calm]
-        service.links |= set(links)
-        await service.start(tg)
-        async with anyio.create_task_group() as requests:
+    spawned: list[ScriptedServer] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            upstream = Upstream(
+                hostile_server(script, server_era), tg, spawned, max_bytes=MAX_BYTES
+            )
+            service = GatewayService(cfg, connect=upstream.connect)
+            hostile_out, hostile_in = anyio.create_memory_object_stream[wire.Message](math.inf)
+            neighbour_out, neighbour_in = anyio.create_memory_object_stream[wire.Message](math.inf)
+            calm_out, calm_in = anyio.create_memory_object_stream[wire.Message](math.inf)
+            hostile = encoding_link(hostile_out, principal="hostile")
+            neighbour = encoding_link(neighbour_out, principal="hostile")
+            calm = encoding_link(calm_out, principal="calm")
+            links = [hostile, neighbour, calm]
+            service.links |= set(links)
+            await service.start(tg)
+            streams = (hostile_out, hostile_in, neighbour_out, neighbour_in, calm_out, calm_in)
+            async with anyio.create_task_group() as requests:
 
-            async def call(link: ClientLink, inbox: Any, msg: wire.Message) -> wire.Message:
-                await service.handle_client_message(link, msg, requests)
-                with anyio.fail_after(CALL_BOUND):
-                    while True:  # skips notifications and server requests
-                        got = await inbox.receive()
-                        if "method" not in got and got.get("id") == msg["id"]:
-                            return got
+                async def call(link: ClientLink, inbox: Any, msg: wire.Message) -> wire.Message:
+                    await service.handle_client_message(link, msg, requests)
+                    with anyio.fail_after(CALL_BOUND):
+                        while True:  # skips notifications and server requests
+                            got = await inbox.receive()
+                            if "method" not in got and got.get("id") == msg["id"]:
+                                return got
 
-            features = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
-            caps = features if client_kind.endswith("features") else {}
-            if client_kind.startswith("legacy"):
-                init = {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": caps,
-                    "clientInfo": {"name": "f"},
-                }
-                await call(hostile, hostile_in, wire.request("init", "initialize", init))
-                await service.handle_client_message(
-                    hostile, wire.notification("notifications/initialized"), requests
-                )
-                params: dict[str, Any] = {"name": "fuzz", "arguments": {}}
-                if log_level is not None:
-                    level = wire.request("lvl", "logging/setLevel", {"level": log_level})
-                    await call(hostile, hostile_in, level)
-            else:
-                meta: dict[str, Any] = {
-                    era.PROTOCOL_VERSION: "2026-07-28",
-                    era.CLIENT_CAPABILITIES: caps,
-                    "progressToken": "mine",
-                }
-                if log_level is not None:
-                    meta[era.LOG_LEVEL] = log_level
-                params = {"name": "fuzz", "arguments": {}, "_meta": meta}
+                features = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
+                caps = features if client_kind.endswith("features") else {}
+                if client_kind.startswith("legacy"):
+                    init = {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": caps,
+                        "clientInfo": {"name": "f"},
+                    }
+                    await call(hostile, hostile_in, wire.request("init", "initialize", init))
+                    await service.handle_client_message(
+                        hostile, wire.notification("notifications/initialized"), requests
+                    )
+                    params: dict[str, Any] = {"name": "fuzz", "arguments": {}}
+                    if log_level is not None:
+                        level = wire.request("lvl", "logging/setLevel", {"level": log_level})
+                        await call(hostile, hostile_in, level)
+                else:
+                    meta: dict[str, Any] = {
+                        era.PROTOCOL_VERSION: "2026-07-28",
+                        era.CLIENT_CAPABILITIES: caps,
+                        "progressToken": "mine",
+                    }
+                    if log_level is not None:
+                        meta[era.LOG_LEVEL] = log_level
+                    params = {"name": "fuzz", "arguments": {}, "_meta": meta}
 
-            def echo(msg_id: str, text: str) -> wire.Message:
-                meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
-                args = {"name": "echo", "arguments": {"text": text}, "_meta": meta}
-                return wire.request(msg_id, "tools/call", args)
+                def echo(msg_id: str, text: str) -> wire.Message:
+                    meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+                    args = {"name": "echo", "arguments": {"text": text}, "_meta": meta}
+                    return wire.request(msg_id, "tools/call", args)
 
-            answers: dict[str, wire.Message] = {}
+                answers: dict[str, wire.Message] = {}
 
-            async def run(name: str, link: ClientLink, inbox: Any, msg: wire.Message) -> None:
-                answers[name] = await call(link, inbox, msg)
+                async def run(name: str, link: ClientLink, inbox: Any, msg: wire.Message) -> None:
+                    answers[name] = await call(link, inbox, msg)
 
-            async with anyio.create_task_group() as together:
-                fuzz = wire.request("fuzz", "tools/call", params)
-                together.start_soon(run, "fuzz", hostile, hostile_in, fuzz)
-                together.start_soon(run, "neighbour", neighbour, neighbour_in, echo("n", "near"))
-                together.start_soon(run, "calm", calm, calm_in, echo("calm", "calm"))
+                async with anyio.create_task_group() as together:
+                    fuzz = wire.request("fuzz", "tools/call", params)
+                    together.start_soon(run, "fuzz", hostile, hostile_in, fuzz)
+                    together.start_soon(
+                        run, "neighbour", neighbour, neighbour_in, echo("n", "near")
+                    )
+                    together.start_soon(run, "calm", calm, calm_in, echo("calm", "calm"))
 
-            _check_answer(answers["fuzz"])
-            # The call next to the hostile one, on its session: the right
-            # answer or an error (a server request of the script's may be
-            # pinned on it: on a legacy stdio session nothing says whose it is).
-            _check_answer(answers["neighbour"])
-            if "result" in answers["neighbour"]:
-                assert answers["neighbour"]["result"]["content"][0]["text"] == "near"
-            # The healthy path: always the right answer. (A modern server is
-            # one connection for every principal: a script that kills it
-            # costs the calm call in flight its answer, and nothing more.)
-            calm_reply = answers["calm"]
-            if server_era == "modern" and script.dies and "error" in calm_reply:
-                assert calm_reply["error"]["data"]["reason"] == "upstream-failed", calm_reply
-            else:
-                assert calm_reply["result"]["content"][0]["text"] == "calm", calm_reply
-            again = await call(calm, calm_in, echo("calm-2", "calm"))
-            assert again["result"]["content"][0]["text"] == "calm", again
-            for link in links:
-                service.drop_link(link)
-            bound = STATE_TTL + 2 * REQUEST_TIMEOUT + WIND_DOWN + 1
-            await wait_tables_empty(service, links, bound)
-            requests.cancel_scope.cancel()
-        await service.aclose()
-        tg.cancel_scope.cancel()
+                _check_answer(answers["fuzz"])
+                # The call next to the hostile one, on its session: the right
+                # answer or an error (a server request of the script's may be
+                # pinned on it: on a legacy stdio session nothing says whose it is).
+                _check_answer(answers["neighbour"])
+                if "result" in answers["neighbour"]:
+                    assert answers["neighbour"]["result"]["content"][0]["text"] == "near"
+                # The healthy path: always the right answer. (A modern server is
+                # one connection for every principal: a script that kills it
+                # costs the calm call in flight its answer, and nothing more.)
+                calm_reply = answers["calm"]
+                if server_era == "modern" and script.dies and "error" in calm_reply:
+                    assert calm_reply["error"]["data"]["reason"] == "upstream-failed", calm_reply
+                else:
+                    assert calm_reply["result"]["content"][0]["text"] == "calm", calm_reply
+                again = await call(calm, calm_in, echo("calm-2", "calm"))
+                assert again["result"]["content"][0]["text"] == "calm", again
+                for link in links:
+                    service.drop_link(link)
+                bound = STATE_TTL + 2 * REQUEST_TIMEOUT + WIND_DOWN + 1
+                await wait_tables_empty(service, links, bound)
+                requests.cancel_scope.cancel()
+            for stream in streams:
+                stream.close()
+            await service.aclose()
+            tg.cancel_scope.cancel()
+    finally:  # on every way out: hypothesis ends an example by raising in it
+        for server in spawned:
+            server.close_streams()
 
 
 def _check_answer(reply: wire.Message) -> None:
@@ -484,9 +495,6 @@ def test_a_hostile_upstream_fails_only_the_call_it_answers(
         e for e in logs if e.get("exc_info") or e.get("log_level") in ("error", "critical")
     ]
     assert not tracebacks, tracebacks
-
-
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
 # -- over Streamable HTTP: the HTTP back against generated answers ---------------------

@@ -18,7 +18,7 @@ import anyio
 import orjson
 import pytest
 import structlog.testing
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import era, wire
 from gateway.config import Config
@@ -535,9 +535,7 @@ async def test_server_request_belongs_to_the_calls_running_when_it_arrived() -> 
         return None
 
     async with gateway(legacy_server({"tools/call": calls}, log=seen)) as c:
-        out, inbox = anyio.create_memory_object_stream[wire.Message](10)
-        other = ClientLink.over_stream(out, transport="test")
-        c.service.links.add(other)
+        other, inbox = c.open_link(10)
         call_b = wire.request("b", "tools/call", {"name": "b", "_meta": _meta()})
         await c.service.handle_client_message(other, call_b, c.requests)
         await seen.wait_for("tools/call")
@@ -591,7 +589,9 @@ for line in sys.stdin:
 EXITS = ("close-stdout", "say-then-die")
 
 
-def _exits_noticed(service: GatewayService) -> MemoryObjectReceiveStream[object]:
+def _exits_noticed(
+    service: GatewayService,
+) -> tuple[MemoryObjectSendStream[object], MemoryObjectReceiveStream[object]]:
     """One item each time the gateway notices an upstream exit (its pool's
     session-lost hook, wrapped): the test waits on that, not on a clock."""
     send, receive = anyio.create_memory_object_stream[object](math.inf)
@@ -603,7 +603,7 @@ def _exits_noticed(service: GatewayService) -> MemoryObjectReceiveStream[object]
             await inner(session)
 
     service.pool.on_session_lost = lost
-    return receive
+    return send, receive
 
 
 async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
@@ -622,8 +622,8 @@ async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
         link = ClientLink.over_stream(out, transport="test")
         service.links.add(link)
         await service.start(tg)
-        exits = _exits_noticed(service)
-        async with anyio.create_task_group() as requests:
+        noticed, exits = _exits_noticed(service)
+        async with out, inbox, noticed, exits, anyio.create_task_group() as requests:
             for n, name in enumerate(names):
                 meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
                 msg = wire.request(n, "tools/call", {"name": name, "_meta": meta})

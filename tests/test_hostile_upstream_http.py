@@ -197,7 +197,7 @@ async def test_connection_reset_mid_stream_fails_the_request() -> None:
 
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    async with anyio.create_task_group() as tg:
+    async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, reset)
         async with connection(f"http://127.0.0.1:{port}/mcp") as c:
             seen = await exchange(c, modern("r", "tools/call", name="x"))

@@ -29,6 +29,7 @@ from gateway.config import Config
 from gateway.core import http_binding
 from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
+from tests.log_events import log_events
 from tests.scripted import Client
 from tests.servers.scripted_http import (
     COMMENT,
@@ -306,12 +307,19 @@ async def test_unreachable_server_gives_an_error_reply() -> None:
 
 async def test_an_exchange_that_raises_answers_its_caller_and_spares_the_rest() -> None:
     bad = {"X-Bad": "caf\u00e9"}  # not ASCII: httpx cannot send it
-    async with serve(ModernHttp()) as server, connection(server.url, **bad) as c:
-        reply = reply_of(await exchange(c, modern(1, "server/discover")))
-        await c.send(wire.notification("notifications/x"))
-        await anyio.sleep(0.05)
+    with log_events() as logs:
+        async with serve(ModernHttp()) as server, connection(server.url, **bad) as c:
+            reply = reply_of(await exchange(c, modern(1, "server/discover")))
+            await c.send(wire.notification("notifications/x"))
+            failed = await logs.wait_until(
+                lambda e: e["event"] == "upstream http task failed" and e["task"] == "_post_message"
+            )
+            # The connection goes on: the next call is answered as the first was.
+            again = reply_of(await exchange(c, modern(2, "server/discover")))
     assert reply["error"]["data"]["reason"] == "upstream-unreachable"
     assert "UnicodeEncodeError" in reply["error"]["message"]
+    assert failed["log_level"] == "error" and "UnicodeEncodeError" in failed["error"]
+    assert again["id"] == 2 and again["error"]["data"]["reason"] == "upstream-unreachable"
 
 
 # -- legacy servers (2025-11-25 Streamable HTTP) --------------------------------------
@@ -387,11 +395,12 @@ async def test_legacy_get_stream_delivers_server_messages() -> None:
 
 async def test_legacy_get_405_means_no_stream() -> None:
     behaviour = LegacyHttp(get_allowed=False)
-    async with serve(behaviour) as server, connection(server.url) as c:
-        await legacy_handshake(c)
-        await server.wait_for(lambda r: r.method == "GET")
-        await anyio.sleep(0.05)
-        reply = reply_of(await exchange(c, wire.request(2, "tools/list")))
+    with log_events() as logs:
+        async with serve(behaviour) as server, connection(server.url) as c:
+            await legacy_handshake(c)
+            # Logged as the GET loop returns: there is no retry after it.
+            await logs.wait_for("upstream offers no GET stream")
+            reply = reply_of(await exchange(c, wire.request(2, "tools/list")))
     assert "result" in reply
     assert len([r for r in server.requests if r.method == "GET"]) == 1  # not retried
 

@@ -64,7 +64,7 @@ async def server(handler: Handler) -> AsyncIterator[tuple[str, list[bytes], list
         async with stream:
             await handler(stream, accepted[0])
 
-    async with anyio.create_task_group() as tg:
+    async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, serve)
         handler_seen = seen
         yield f"http://127.0.0.1:{port}/mcp", handler_seen, accepted
@@ -108,12 +108,21 @@ async def test_keep_alive_reuses_one_connection_and_sends_the_body() -> None:
 
 async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
     seen: list[bytes] = []
-    async with server(echo_server(seen, close_after=1)) as (url, _, accepted):
+    echo = echo_server(seen, close_after=1)
+    closed = [anyio.Event() for _ in range(3)]
+
+    async def close_after_one(stream: anyio.abc.SocketStream, n: int) -> None:
+        await echo(stream, n)
+        await stream.aclose()
+        closed[n - 1].set()
+
+    async with server(close_after_one) as (url, _, accepted):
         client = HttpClient()
-        for _ in range(3):
+        for n in range(3):
             response = await client.request("POST", url, headers={}, content=b"x", timeout=T)
             assert response.status_code == 200
-            await anyio.sleep(0.05)  # the server's FIN arrives while the connection idles
+            with anyio.fail_after(2):  # the server's FIN is sent while the connection idles
+                await closed[n].wait()
         await client.aclose()
     assert accepted[0] == 3 and len(seen) == 3
 
@@ -221,7 +230,7 @@ async def test_redirects_keep_the_post_only_for_307_and_308() -> None:
 async def test_failures_are_client_errors_within_their_bounds() -> None:
     async def silent(stream: anyio.abc.SocketStream, n: int) -> None:
         await read_request(stream, bytearray())
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # never answers: the client's read timeout ends it
 
     async def garbage(stream: anyio.abc.SocketStream, n: int) -> None:
         await read_request(stream, bytearray())
@@ -288,7 +297,7 @@ async def test_https_upstream_is_verified(tmp_path: Path) -> None:
 
     trusting = HttpClient(ssl_context=ssl.create_default_context(cafile=str(cert)))
     default = HttpClient()
-    async with anyio.create_task_group() as tg:
+    async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, serve)
         reply = await trusting.request("POST", url, headers={}, content=b"secret", timeout=T)
         assert reply.status_code == 200 and await reply.aread() == b"secret"

@@ -65,6 +65,7 @@ async def sidecar(host: str = "127.0.0.1:8080", **config: Any) -> AsyncIterator[
             yield client
         await service.aclose()
         tg.cancel_scope.cancel()
+    upstream.close()
 
 
 async def legacy_session(client: httpx.AsyncClient, **headers: str) -> dict[str, str]:

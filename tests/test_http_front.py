@@ -8,7 +8,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -64,19 +64,52 @@ async def gateway(
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=base, timeout=10) as client:
-            with anyio.fail_after(15):
-                while True:
-                    try:
-                        if (await client.get("/readyz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await anyio.sleep(0.05)
+            await wait_ready(client)
             yield client
     finally:
         process.terminate()
         with anyio.fail_after(10):
             await process.wait()
+
+
+async def wait_ready(client: httpx.AsyncClient) -> None:
+    """Until the gateway process answers /readyz with 200: another process,
+    with nothing to wait on but polling (every 50 ms, at most 15 s)."""
+    with anyio.fail_after(15):
+        while True:  # ends when the gateway is ready (or the bound)
+            try:
+                if (await client.get("/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await anyio.sleep(0.05)
+
+
+async def wait_logged(path: Path, text: str) -> None:
+    """Until the flaky server (another process) has written `text` to `path`:
+    polled every 50 ms, at most 5 s."""
+    with anyio.fail_after(5):
+        while not _logged(path, text):  # noqa: ASYNC110 - another process writes it
+            await anyio.sleep(0.05)
+
+
+def _logged(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text()
+
+
+@asynccontextmanager
+async def in_flight(request: Awaitable[Any], calls: Path) -> AsyncIterator[None]:
+    """Run `request` until the upstream has received its call (logged to
+    `calls`), then leave it: the client closes its connection, unanswered."""
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            await request
+
+        tg.start_soon(run)
+        await wait_logged(calls, '"tools/call"')
+        yield
+        tg.cancel_scope.cancel()
 
 
 def modern_headers(method: str, name: str | None = None, **extra: str) -> dict[str, str]:
@@ -258,15 +291,15 @@ async def test_progress_comes_on_an_sse_stream_before_the_result(tmp_path: Path)
 
 
 async def test_closing_the_response_stream_cancels_upstream(tmp_path: Path) -> None:
-    log = tmp_path / "cancelled.log"
-    async with gateway(tmp_path, env={"FLAKY_LOG": str(log)}) as c:
+    log, calls = tmp_path / "cancelled.log", tmp_path / "calls.log"
+    env = {"FLAKY_LOG": str(log), "FLAKY_CALLS": str(calls)}
+    async with gateway(tmp_path, env=env) as c:
         msg = call(1, "tools/call", name="sleep", arguments={"seconds": 3})
-        with anyio.move_on_after(0.5):
-            await c.post("/mcp", json=msg, headers=modern_headers("tools/call", "sleep"))
-        with anyio.fail_after(5):
-            while not log.exists():  # noqa: ASYNC110 - another process writes it
-                await anyio.sleep(0.05)
-    assert "notifications/cancelled" in log.read_text()
+        async with in_flight(
+            c.post("/mcp", json=msg, headers=modern_headers("tools/call", "sleep")), calls
+        ):
+            pass
+        await wait_logged(log, "notifications/cancelled")
 
 
 async def _legacy_session(c: httpx.AsyncClient, version: str = "2025-11-25") -> dict[str, str]:
@@ -295,8 +328,9 @@ async def _legacy_session(c: httpx.AsyncClient, version: str = "2025-11-25") -> 
 async def test_closing_a_legacy_sessions_stream_cancels_upstream(tmp_path: Path) -> None:
     # The request's disconnect watcher wins before any reply: the front must
     # still cancel upstream (the session's link lives on, so nothing else does).
-    log = tmp_path / "cancelled.log"
-    async with gateway(tmp_path, env={"FLAKY_LOG": str(log)}) as c:
+    log, calls = tmp_path / "cancelled.log", tmp_path / "calls.log"
+    env = {"FLAKY_LOG": str(log), "FLAKY_CALLS": str(calls)}
+    async with gateway(tmp_path, env=env) as c:
         sh = await _legacy_session(c)
         sleep = {
             "jsonrpc": "2.0",
@@ -304,15 +338,12 @@ async def test_closing_a_legacy_sessions_stream_cancels_upstream(tmp_path: Path)
             "method": "tools/call",
             "params": {"name": "sleep", "arguments": {"seconds": 1}},
         }
-        with anyio.move_on_after(0.3):
-            await c.post("/mcp", headers=sh, json=sleep)
-        with anyio.fail_after(5):
-            while not log.exists():  # noqa: ASYNC110 - another process writes it
-                await anyio.sleep(0.05)
+        async with in_flight(c.post("/mcp", headers=sh, json=sleep), calls):
+            pass
+        await wait_logged(log, "notifications/cancelled")
         # The session is still usable afterwards.
         ping = await c.post("/mcp", headers=sh, json={"jsonrpc": "2.0", "id": 3, "method": "ping"})
         assert answer_of(ping) == {"jsonrpc": "2.0", "id": 3, "result": {}}
-    assert "notifications/cancelled" in log.read_text()
 
 
 async def test_a_2025_11_25_call_outlives_its_stream_and_is_resumed(tmp_path: Path) -> None:
@@ -363,7 +394,8 @@ async def test_older_sessions_keep_json_answers(tmp_path: Path) -> None:
 
 
 async def test_a_session_deleted_under_a_request_answers_it_404(tmp_path: Path) -> None:
-    async with gateway(tmp_path) as c:
+    calls = tmp_path / "calls.log"
+    async with gateway(tmp_path, env={"FLAKY_CALLS": str(calls)}) as c:
         sh = await _legacy_session(c)
         sleep = {
             "jsonrpc": "2.0",
@@ -378,7 +410,7 @@ async def test_a_session_deleted_under_a_request_answers_it_404(tmp_path: Path) 
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
-            await anyio.sleep(0.3)
+            await wait_logged(calls, '"tools/call"')
             deleted = await c.delete("/mcp", headers={"mcp-session-id": sh["mcp-session-id"]})
             assert deleted.status_code == 200
     assert replies[0].status_code == 404
@@ -409,14 +441,7 @@ async def test_sigterm_stops_the_sidecar_cleanly(tmp_path: Path) -> None:
     process = await anyio.open_process(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:
-            with anyio.fail_after(15):
-                while True:
-                    try:
-                        if (await c.get("/readyz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await anyio.sleep(0.05)
+            await wait_ready(c)
         children = _children(process.pid)
         process.terminate()
         with anyio.fail_after(10):

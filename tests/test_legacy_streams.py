@@ -7,16 +7,13 @@ all tasks wait, so nothing here sleeps."""
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
 import orjson
 import pytest
-import trio
-import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,18 +21,7 @@ from gateway import wire
 from gateway.fronts import legacy_streams, resumable_stream
 from gateway.fronts.legacy_streams import LegacyStreams, Outcome, SessionStreams
 from gateway.fronts.resumable_stream import ResumableStream, parse_event_id
-
-
-def on_mock_clock(test: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an async test under trio with a clock that jumps to the next timer
-    whenever every task waits (a plain function: pytest-asyncio's auto mode
-    would take an async one onto asyncio's real clock)."""
-
-    @functools.wraps(test)
-    def run() -> None:
-        trio.run(test, clock=trio.testing.MockClock(autojump_threshold=0))
-
-    return run
+from tests.mock_clock import on_mock_clock
 
 
 class Connection:
@@ -105,9 +91,10 @@ class Call:
         self._streams, self._session = streams, session
 
     async def run(self) -> None:
-        self.outcome = await self._streams.answer(
-            self._session, self.receive, 7, self.post.receive, self.post.send
-        )
+        with self.inbox, self.receive:
+            self.outcome = await self._streams.answer(
+                self._session, self.receive, 7, self.post.receive, self.post.send
+            )
         self.done.set()
 
 

@@ -93,3 +93,5 @@ async def test_a_slow_reader_bounds_the_queue_of_notifications_not_the_reply() -
     assert received[-1] == wire.result_response(7, {"content": []})
     with pytest.raises(anyio.WouldBlock):
         stream.receive_nowait()  # nothing else was queued
+    output.close(7)
+    stream.close()

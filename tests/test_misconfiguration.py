@@ -295,6 +295,8 @@ def test_a_url_listen_serves(tmp_path: Path) -> None:
         watchdog.cancel()
         process.terminate()
         process.wait(timeout=15)
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 async def test_the_bound_socket_serves_without_delayed_acks() -> None:

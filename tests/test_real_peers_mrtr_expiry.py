@@ -91,7 +91,7 @@ async def in_process(**config: Any) -> AsyncIterator[InProcess]:
         service.links.add(link)
         await service.start(tg)
         try:
-            async with anyio.create_task_group() as requests:
+            async with send, receive, anyio.create_task_group() as requests:
                 yield InProcess(service, link, receive, requests)
                 requests.cancel_scope.cancel()
         finally:

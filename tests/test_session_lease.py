@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from gateway.runtime.session_lease import SessionLease
+from tests.mock_clock import on_mock_clock
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +67,9 @@ async def test_only_the_holder_releases() -> None:
     assert lease.holder is None
 
 
+@on_mock_clock
 async def test_waits_are_bounded_by_the_caller() -> None:
+    """The caller's timeout fires on the mock clock (no wall-clock wait)."""
     lease = SessionLease()
     await lease.acquire_exclusive("a")
     with pytest.raises(TimeoutError), anyio.fail_after(0.05):

@@ -9,14 +9,12 @@ notifications are per session)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import anyio
 import pytest
 
 from gateway import wire
-from gateway.client_link import ClientLink
 from tests.scripted import Behaviour, Client, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -47,9 +45,7 @@ async def test_a_principals_notifications_never_reach_another_principal(
     it, whether the server is legacy (a session per principal) or modern
     (one session for all). Fails on main: bob got both."""
     async with gateway(behaviour) as alice:
-        send, inbox = anyio.create_memory_object_stream[wire.Message](math.inf)
-        bob_link = ClientLink.over_stream(send, transport="test", principal="bob")
-        alice.service.links.add(bob_link)
+        bob_link, inbox = alice.open_link(principal="bob")
         bob = Client(alice.service, bob_link, inbox, alice.requests, alice.upstream)
         await alice.initialize()
         await bob.initialize()
@@ -84,8 +80,8 @@ async def test_a_server_request_never_goes_to_another_principals_lone_client() -
             answered.set()
 
     async with gateway(legacy_server({}, on_initialized=at_start)) as alice:
-        send, inbox = anyio.create_memory_object_stream[wire.Message](math.inf)
-        bob_link = ClientLink.over_stream(send, transport="test", principal="bob")
+        bob_link, inbox = alice.open_link(principal="bob")
+        alice.service.links.discard(bob_link)  # bob connects once alice has left
         await alice.initialize({"roots": {}})
         alice.service.drop_link(alice.link)
         alice.service.links.add(bob_link)

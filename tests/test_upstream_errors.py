@@ -154,7 +154,7 @@ async def test_a_client_of_a_server_that_cannot_start_gets_unavailable(tmp_path:
             {"_meta": dict(MODERN_META)},
         )
         await service.handle_client_message(link, msg, tg)
-        with anyio.fail_after(5):
+        with send, receive, anyio.fail_after(5):
             reply = await receive.receive()
         await service.aclose()
         tg.cancel_scope.cancel()

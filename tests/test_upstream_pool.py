@@ -4,7 +4,6 @@ wedge or exhaust the gateway": the pool's defects)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,7 @@ def counting() -> Any:
 
 
 def principal(c: Client, name: str) -> ClientLink:
-    send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
-    link = ClientLink.over_stream(send, principal=name)
-    c.service.links.add(link)
+    link, _ = c.open_link(principal=name)
     return link
 
 

@@ -12,7 +12,6 @@ must be empty, and a plain call must still work."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import anyio
@@ -74,10 +73,7 @@ async def _start(c: Client, kind: str) -> dict[str, Any]:
     """Prepare the client for `kind`; the params of its calls."""
     if kind == "legacy-leased":
         # A second client makes the legacy client's calls exclusive (DESIGN §5.1.6).
-        out, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
-        from gateway.runtime.client_link import ClientLink
-
-        c.service.links.add(ClientLink.over_stream(out, transport="test"))
+        c.open_link()
         await c.initialize({"elicitation": {}})
         return {"_meta": {"progressToken": "p"}}
     caps = {"elicitation": {"form": {}}} if kind == "mrtr" else {}

@@ -50,7 +50,7 @@ async def real_gateway(**config: Any) -> AsyncIterator[tuple[GatewayService, Cli
         link = ClientLink.over_stream(send, transport="test")
         service.links.add(link)
         await service.start(tg)
-        async with anyio.create_task_group() as requests:
+        async with send, receive, anyio.create_task_group() as requests:
 
             async def call(msg_id: int) -> wire.Message:
                 params = {"name": "x", "arguments": {}, "_meta": dict(MODERN_META)}

@@ -313,8 +313,8 @@ class HttpFront:
         started = time.perf_counter()
         assert self.tg is not None
         answer = Answer()
+        stream = output.open(msg)
         try:
-            stream = output.open(msg)
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
             if session is not None and session.resumable:
                 last = await self._answer_resumable(session, stream, msg_id, receive, send)
@@ -359,6 +359,7 @@ class HttpFront:
                 self._observe_call(msg, link, reply, started)
         finally:
             output.close(msg_id)
+            stream.close()
 
     async def _answer_resumable(
         self,
@@ -432,6 +433,7 @@ class HttpFront:
             await serve_session_stream(stream, receive, send)
         finally:
             session.output.close_get()
+            stream.close()
 
     async def _delete(self, headers: dict[str, str], principal: str, send: Send) -> None:
         session_id = headers.get("mcp-session-id")

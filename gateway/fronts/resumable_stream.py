@@ -139,7 +139,8 @@ class ResumableStream:
 def parse_event_id(value: str) -> tuple[str, int] | None:
     """A Last-Event-ID this front handed out: (stream id, sequence)."""
     stream_id, sep, seq = value.strip().rpartition("/")
-    if not sep or not stream_id or not seq.isdigit() or len(seq) > 12:
+    # isascii: str.isdigit() also takes "²", which int() refuses.
+    if not sep or not stream_id or not (seq.isascii() and seq.isdigit()) or len(seq) > 12:
         return None
     return stream_id, int(seq)
 

@@ -19,6 +19,10 @@ def send(msg: dict) -> None:
 
 for line in sys.stdin:
     msg = json.loads(line)
+    # FLAKY_CALLS: every request is logged as it arrives, for a test to wait on.
+    if "id" in msg and os.environ.get("FLAKY_CALLS"):
+        with open(os.environ["FLAKY_CALLS"], "a") as calls:
+            calls.write(json.dumps(msg) + "\n")
     if "id" not in msg:
         if msg.get("method") == "notifications/cancelled" and os.environ.get("FLAKY_LOG"):
             with open(os.environ["FLAKY_LOG"], "a") as log:

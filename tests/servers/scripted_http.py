@@ -86,9 +86,17 @@ class HttpServer:
         self.tg: TaskGroup | None = None
         self.url = ""
         self._changed = anyio.Event()
+        self._streams: list[MemoryObjectSendStream[bytes] | MemoryObjectReceiveStream[bytes]] = []
 
     def stream(self) -> tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]:
-        return anyio.create_memory_object_stream[bytes](math.inf)
+        """A reply stream; both ends are closed when the server stops."""
+        send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+        self._streams += [send, receive]
+        return send, receive
+
+    def close_streams(self) -> None:
+        for stream in self._streams:
+            stream.close()
 
     def feed(self, work: Callable[[MemoryObjectSendStream[bytes]], Awaitable[None]]) -> Reply:
         """An SSE reply whose events `work` writes (closing the stream ends it)."""
@@ -192,6 +200,7 @@ async def serve(handler: Handler, path: str = "/mcp") -> AsyncIterator[HttpServe
         try:
             yield app
         finally:
+            app.close_streams()
             for listener in server.servers:
                 listener.close()
             for conn in list(server.server_state.connections):
