@@ -19,9 +19,10 @@ json_values = st.recursive(
     ),
     max_leaves=10,
 )
-# A legacy result never carries the modern-only top-level keys.
+# A legacy result never carries the modern-only top-level keys; its `_meta`
+# (an object, by the schema) comes from foreign_meta below.
 legacy_results = st.dictionaries(
-    st.text(max_size=10).filter(lambda k: k not in ("resultType", "ttlMs", "cacheScope")),
+    st.text(max_size=10).filter(lambda k: k not in ("resultType", "ttlMs", "cacheScope", "_meta")),
     json_values,
     max_size=6,
 )
@@ -40,6 +41,17 @@ def test_legacy_result_survives_modern_and_back(
     assert modern["resultType"] == "complete"
     assert modern["_meta"][era.SERVER_INFO] == SERVER
     assert translate.result_to_legacy(modern) == result
+
+
+def test_a_result_meta_that_is_no_object_gives_way_to_the_server_info() -> None:
+    """2026-07-28 schema: `_meta` is an object. A legacy server's `"_meta":
+    null` (or any non-object) cannot carry serverInfo: a modern client gets a
+    `_meta` of the gateway's making, and a legacy client none (found by
+    hypothesis: the round trip cannot keep an invalid value)."""
+    for junk in (None, 3, "x", []):
+        modern = translate.result_to_modern("tools/call", {"_meta": junk}, SERVER, None)
+        assert modern["_meta"] == {era.SERVER_INFO: SERVER}
+        assert "_meta" not in translate.result_to_legacy(modern)
 
 
 def test_cache_hints_only_on_cacheable_methods() -> None:
