@@ -70,8 +70,8 @@ from bench import fast_server
 from bench.client import ASK_TEXT, ELICIT_ANSWER, MODERN, MODERN_ELICIT_CAPS
 from gateway import log_setup, wire
 from gateway.backs.stdio_back import ServerExited
+from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 
 META = {

@@ -21,8 +21,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gateway import era, wire
 from gateway.backs.stdio_back import ServerExited, ServerOutput
+from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 
 _pids = itertools.count(1000)

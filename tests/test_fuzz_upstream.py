@@ -41,8 +41,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import WIND_DOWN
 from tests.scripted import ScriptedServer, Upstream, encoding_link, wait_tables_empty

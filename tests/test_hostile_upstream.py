@@ -21,12 +21,12 @@ import structlog.testing
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import http_binding
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from tests.scripted import (
     Recorder,

@@ -25,9 +25,9 @@ from gateway import era, wire
 from gateway.backs import http_wire
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
 from gateway.backs.http_connector import HttpConnector
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import http_binding
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from tests.log_events import log_events
 from tests.scripted import Client

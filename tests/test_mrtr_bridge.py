@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.core.mrtr_hold_events import Expiry, OutcomeDue
 from gateway.core.request_state import Claims, Sealer
-from gateway.runtime.client_link import ClientLink
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio

@@ -35,9 +35,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core.mrtr_hold_events import Expiry
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 
 pytestmark = [pytest.mark.peers, pytest.mark.anyio]

@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core.routing import Forward, LegacyClientSession, Shape
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.upstream_session import SessionKey, UpstreamSession
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from gateway import era, wire
-from gateway.runtime.client_link import ClientLink
+from gateway.client_link import ClientLink
 from tests.scripted import Client, ScriptedServer, gateway, legacy_server
 from tests.test_mrtr_bridge import accept, ask_name, retry, send_and_wait, start
 

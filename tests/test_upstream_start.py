@@ -24,9 +24,9 @@ from gateway.backs.stdio_back import (
     ServerExited,
     StdioServerProcess,
 )
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.probe_command import run_probe
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.service import GatewayService
 from tests.scripted import MODERN_META, ScriptedServer, gateway
 

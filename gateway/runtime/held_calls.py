@@ -30,6 +30,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_events as hold
@@ -39,7 +40,6 @@ from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, Ti
 from gateway.core.mrtr_hold import HoldSettings, HoldTable
 from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
 from gateway.core.routing import Forward
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.engine_timers import EngineTimers
 from gateway.runtime.upstream_session import WIND_DOWN, UpstreamSession, failure_reply
 from gateway.upstream_errors import UpstreamError

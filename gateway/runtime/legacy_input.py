@@ -16,11 +16,11 @@ import anyio
 import structlog
 
 from gateway import wire
+from gateway.client_link import ClientLink, ForwardedServerRequest
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_shapes, upstream_checks
 from gateway.core.routing import Forward
-from gateway.runtime.client_link import ClientLink, ForwardedServerRequest
 from gateway.runtime.upstream_session import UpstreamSession
 
 log = structlog.get_logger("gateway.mrtr")

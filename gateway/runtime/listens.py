@@ -13,9 +13,9 @@ import anyio
 import structlog
 
 from gateway import era, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import subscriptions as subs
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 

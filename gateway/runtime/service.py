@@ -12,6 +12,12 @@ import anyio
 import structlog
 
 from gateway import era, inbound, wire
+from gateway.client_link import (
+    CURRENT_REQUEST,
+    ClientLink,
+    ForwardedServerRequest,
+    InflightCall,
+)
 from gateway.config import Config
 from gateway.core import mrtr_bridge as mrtr_core
 from gateway.core import mrtr_shapes, routing, upstream_checks
@@ -19,12 +25,6 @@ from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
 from gateway.fronts.port import GatewaySnapshot, Readiness
 from gateway.log_limit import LogLimiter
-from gateway.runtime.client_link import (
-    CURRENT_REQUEST,
-    ClientLink,
-    ForwardedServerRequest,
-    InflightCall,
-)
 from gateway.runtime.held_calls import HeldEntry, MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens, upstream_subscription

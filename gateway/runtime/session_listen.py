@@ -16,10 +16,10 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, translate, wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import backoff
 from gateway.core import subscriptions as subs
-from gateway.runtime.client_link import ClientLink
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 
