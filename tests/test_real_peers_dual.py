@@ -34,12 +34,14 @@ ANSWER = "Ada|sampled|file:///work"
 ASKED = ["elicitation/create", "sampling/createMessage", "roots/list"]
 
 
-def legacy_client(command: list[str]) -> dict[str, Any]:
+def legacy_client(command: list[str], tool: str = "push", arguments: str = "{}") -> dict[str, Any]:
+    """Run tests/servers/py1_push_client.py: `tool` called with `arguments`
+    over `command` (a server command, or an HTTP URL); its one-line outcome."""
     for peer in (PY1, PY2):
         if not Path(peer).exists():
             pytest.fail(f"peer missing: {peer} (run `bash peers/install.sh`)", pytrace=False)
     done = subprocess.run(
-        [PY1, CLIENT, "push", "--", *command],
+        [PY1, CLIENT, tool, arguments, "--", *command],
         cwd=REPO,
         capture_output=True,
         timeout=120,

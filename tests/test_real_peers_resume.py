@@ -12,7 +12,6 @@ missing the tests FAIL, never skip.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.test_http_back import PEERS, free_port
-from tests.test_real_peers_dual import ANSWER, ASKED, SERVER
+from tests.test_real_peers_dual import ANSWER, ASKED, SERVER, legacy_client
 
 pytestmark = [pytest.mark.peers]
 
@@ -96,17 +95,7 @@ class PollingGateway:
 
 
 def call(url: str, tool: str, arguments: str = "{}") -> dict[str, Any]:
-    done = subprocess.run(
-        [PY1, CLIENT, tool, arguments, "--", url],
-        cwd=REPO,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    lines = done.stdout.decode().strip().splitlines()
-    assert done.returncode == 0 and lines, done.stderr.decode()[-3000:]
-    out: dict[str, Any] = json.loads(lines[-1])
-    return out
+    return legacy_client([url], tool, arguments)
 
 
 @pytest.fixture

@@ -54,12 +54,7 @@ async def test_a_principals_notifications_never_reach_another_principal(
         done = await alice.call("tools/call", {"name": "t", "arguments": {}}, modern=False)
         assert done["result"]["content"][0]["text"] == "done"
         # Routed on the upstream reader before alice's reply: a leak is queued by now.
-        seen_by_bob: list[wire.Message] = []
-        while True:  # drains bob's inbox
-            try:
-                seen_by_bob.append(bob.inbox.receive_nowait())
-            except anyio.WouldBlock:
-                break
+        seen_by_bob = _drain(bob)
     assert all("alice" not in str(m) for m in seen_by_bob), seen_by_bob
 
 
@@ -90,11 +85,16 @@ async def test_a_server_request_never_goes_to_another_principals_lone_client() -
         go.set()
         with anyio.fail_after(5):
             await answered.wait()
-        seen_by_bob: list[wire.Message] = []
-        while True:  # drains bob's inbox
-            try:
-                seen_by_bob.append(bob.inbox.receive_nowait())
-            except anyio.WouldBlock:
-                break
+        seen_by_bob = _drain(bob)
     assert not any(m.get("method") == "roots/list" for m in seen_by_bob), seen_by_bob
     assert "error" in answers[0], answers
+
+
+def _drain(client: Client) -> list[wire.Message]:
+    """What a client has been sent and not read yet."""
+    seen: list[wire.Message] = []
+    while True:  # ends when the inbox is empty
+        try:
+            seen.append(client.inbox.receive_nowait())
+        except anyio.WouldBlock:
+            return seen
