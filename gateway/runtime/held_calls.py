@@ -252,12 +252,10 @@ class MrtrBridge:
         return await self._step(entry, acquired)
 
     async def _refuse(self, entry: HeldEntry, refusals: tuple[wire.Message, ...]) -> None:
+        # respond() itself drops an answer to a server that went away.
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             for reply in refusals:
-                try:
-                    await entry.session.respond(reply)
-                except Exception as exc:  # the session may be gone; nothing left to tell it
-                    log.debug("could not refuse a server request", error=str(exc))
+                await entry.session.respond(reply)
 
     # -- a run of the upstream call -----------------------------------------------
     async def _run(
