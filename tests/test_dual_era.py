@@ -96,7 +96,7 @@ async def answer_pushes(c: Client, call_id: int) -> wire.Message:
             return msg
 
 
-LEGACY_CAPS = {"elicitation": {}, "sampling": {}, "roots": {}}
+LEGACY_CAPS: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
 
 
 async def test_probe_says_dual_and_keeps_the_legacy_check_session() -> None:

@@ -164,7 +164,7 @@ def _good_params(method: str, modern: bool, features: bool) -> dict[str, Any]:
     }.get(method, {})
     params = dict(params)
     if modern and method != "initialize":
-        caps = {"elicitation": {}, "sampling": {}} if features else {}
+        caps: dict[str, Any] = {"elicitation": {}, "sampling": {}} if features else {}
         params["_meta"] = {**MODERN_META, era.CLIENT_CAPABILITIES: caps}
     return params
 

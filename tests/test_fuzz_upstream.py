@@ -387,7 +387,11 @@ async def run_scenario(
                             if "method" not in got and got.get("id") == msg["id"]:
                                 return got
 
-                features = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
+                features: dict[str, Any] = {
+                    "sampling": {},
+                    "elicitation": {"form": {}, "url": {}},
+                    "roots": {},
+                }
                 caps = features if client_kind.endswith("features") else {}
                 if client_kind.startswith("legacy"):
                     init = {

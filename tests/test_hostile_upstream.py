@@ -393,7 +393,7 @@ async def test_server_request_with_bad_params_gets_a_json_rpc_error(
         await seen.wait_for_reply("srv-bad")
         return {"content": []}
 
-    caps = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
+    caps: dict[str, Any] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
     async with gateway(legacy_server({"tools/call": asks}, log=seen)) as c:
         await c.initialize(caps)
         reply = await c.call("tools/call", {"name": "x"}, modern=False, timeout=3)
@@ -706,7 +706,7 @@ async def test_server_request_nested_to_the_limit_still_reaches_a_modern_client(
         await server.emit(request)
 
     async with gateway(legacy_server({"tools/call": asks}), encode=True) as c:
-        caps = {"elicitation": {"form": {}}}
+        caps: dict[str, Any] = {"elicitation": {"form": {}}}
         reply = await c.call("tools/call", {"name": "x", "_meta": {era.CLIENT_CAPABILITIES: caps}})
     (request,) = reply["result"]["inputRequests"].values()
     assert request["params"]["requestedSchema"] == schema
@@ -754,7 +754,7 @@ async def test_a_flood_of_asks_during_one_bridged_call_is_bounded() -> None:
         await server.emit_raw(asks)
 
     async with gateway(legacy_server({"tools/call": flood}, log=seen), state_key="k" * 32) as c:
-        caps = {"elicitation": {"form": {}}}
+        caps: dict[str, Any] = {"elicitation": {"form": {}}}
         reply = await c.call("tools/call", {"name": "f", "_meta": {era.CLIENT_CAPABILITIES: caps}})
         refused = [await seen.wait_for_reply(f"srv-{n}") for n in range(64, 100)]
     assert len(reply["result"]["inputRequests"]) == 64

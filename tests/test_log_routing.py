@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 V = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
-LOGGING_CAPS = {"tools": {}, "logging": {}}
+LOGGING_CAPS: dict[str, Any] = {"tools": {}, "logging": {}}
 
 
 class Barrier:

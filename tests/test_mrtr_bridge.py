@@ -21,7 +21,7 @@ ELICIT = {
     "message": "Your name?",
     "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
 }
-ALL = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+ALL: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 
 
 def meta(caps: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ URL = wire.request(
     "elicitation/create",
     {"mode": "url", "message": "go", "url": "https://x", "elicitationId": "e-1"},
 )
-ALL_CAPS = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+ALL_CAPS: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 
 
 def held(caps: dict[str, Any] | None = None, rounds: int = 5) -> mb.HeldCall:

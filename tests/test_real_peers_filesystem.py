@@ -37,7 +37,7 @@ from tests.test_real_peers_notifications import (
 
 pytestmark = [pytest.mark.peers, pytest.mark.anyio]
 
-ROOTS = {"roots": {}}
+ROOTS: dict[str, Any] = {"roots": {}}
 
 
 def filesystem(*dirs: Path) -> list[str]:

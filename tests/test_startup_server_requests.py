@@ -30,7 +30,7 @@ SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec"
 if not SPEC.exists():  # a worktree beside main: the shared checkout
     SPEC = Path("/work/shared/spec")
 
-ROOTS_CAPS = {"roots": {}}
+ROOTS_CAPS: dict[str, Any] = {"roots": {}}
 TOOLS = {"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}
 
 

@@ -76,7 +76,7 @@ async def _start(c: Client, kind: str) -> dict[str, Any]:
         c.open_link()
         await c.initialize({"elicitation": {}})
         return {"_meta": {"progressToken": "p"}}
-    caps = {"elicitation": {"form": {}}} if kind == "mrtr" else {}
+    caps: dict[str, Any] = {"elicitation": {"form": {}}} if kind == "mrtr" else {}
     return {"_meta": _meta(caps)}
 
 
@@ -152,7 +152,7 @@ async def test_a_cancelled_bridged_call_releases_the_session() -> None:
     seen = Recorder()
     behaviour = legacy_server({"tools/call": tool}, log=seen)
     async with gateway(behaviour, request_timeout=5, state_ttl=60) as c:
-        caps = {"elicitation": {"form": {}}}
+        caps: dict[str, Any] = {"elicitation": {"form": {}}}
         await c.send(wire.request("x", "tools/call", {"name": "silent", "_meta": _meta(caps)}))
         upstream = await seen.wait_for("tools/call")
         await c.send(wire.notification("notifications/cancelled", {"requestId": "x"}))
@@ -170,7 +170,7 @@ async def test_a_parked_call_whose_server_died_frees_its_slot() -> None:
     seen = Recorder()
     behaviour = legacy_server({"tools/call": tool}, log=seen)
     async with gateway(behaviour, request_timeout=5, state_ttl=60, state_key="k" * 32) as c:
-        caps = {"elicitation": {"form": {}}}
+        caps: dict[str, Any] = {"elicitation": {"form": {}}}
         asked = await c.call("tools/call", {"name": "ask", "_meta": _meta(caps)}, timeout=2)
         assert asked["result"]["resultType"] == "input_required"
         assert len(c.service.bridge.held) == 1
