@@ -14,7 +14,6 @@ tool (which does exactly this) with mcp 1.30's ClientSession through the gateway
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -40,8 +39,6 @@ from tests.servers.scripted_http import (
 )
 from tests.test_http_back import (
     CONFORMANCE,
-    PEERS,
-    REPO,
     Peer,
     connection,
     exchange,
@@ -51,6 +48,7 @@ from tests.test_http_back import (
     reply_of,
     until_reply,
 )
+from tests.test_real_peers_dual import legacy_client
 
 pytestmark = pytest.mark.anyio
 
@@ -416,21 +414,8 @@ def test_ts2_reconnection_through_the_gateway(ts2_http: str) -> None:
     replies 100 ms later; mcp 1.30's ClientSession calling it through the
     gateway (stdio front, HTTP back) gets the reply. Before: "Upstream HTTP
     exchange failed: stream ended without a reply"."""
-    python = PEERS / "py1/bin/python"
-    if not python.exists():
-        pytest.fail(f"peer missing: {python} (run `bash peers/install.sh`)", pytrace=False)
     gateway = [sys.executable, "-m", "gateway", "--log-level", "warning", "--upstream", ts2_http]
-    client = str(REPO / "tests/servers/py1_push_client.py")
-    finished = subprocess.run(
-        [str(python), client, "test_reconnection", "--", *gateway],
-        cwd=REPO,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    lines = finished.stdout.decode().strip().splitlines()
-    assert finished.returncode == 0 and lines, finished.stderr.decode()[-3000:]
-    out: dict[str, Any] = orjson.loads(lines[-1])
+    out = legacy_client(gateway, "test_reconnection")
     assert out["text"] == ["Reconnection test completed successfully."], out
     assert not out["isError"] and out["protocolVersion"] == "2025-11-25"
 

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from compat_matrix.run import peers_dir
+from compat_matrix.run import INSTALL_HINT, peers_dir
 from tests.test_real_peers_notifications import (
     LEGACY_V,
     Stdio,
@@ -43,7 +43,8 @@ ROOTS: dict[str, Any] = {"roots": {}}
 def filesystem(*dirs: Path) -> list[str]:
     package = peers_dir() / "node" / "node_modules" / "@modelcontextprotocol" / "server-filesystem"
     if not (package / "dist" / "index.js").exists():
-        pytest.skip(f"server-filesystem is not installed in {package.parent}")
+        # Real peers are never skipped (peers/README): a missing one fails the run.
+        pytest.fail(f"server-filesystem is not installed in {package.parent}: {INSTALL_HINT}")
     return ["node", str(package / "dist" / "index.js"), *map(str, dirs)]
 
 
