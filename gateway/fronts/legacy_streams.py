@@ -51,14 +51,20 @@ class SessionStreams:
     live: dict[str, ResumableStream] = field(default_factory=dict)
     _opened: int = 0
 
-    def open(self) -> ResumableStream:
+    def new(self) -> ResumableStream:
+        """A stream with the session's next id, not yet resumable: most
+        answers are whole in one write and never need to be."""
         self._opened += 1
-        stream = ResumableStream(str(self._opened))
+        return ResumableStream(str(self._opened))
+
+    def keep(self, stream: ResumableStream) -> None:
+        """Make `stream` resumable; past KEEP_ENDED uncollected ended streams,
+        the oldest go (scanned only when there can be that many)."""
         self.live[stream.stream_id] = stream
-        ended = [s for s in self.live.values() if s.ended and not s.attached]
-        for old in ended[: max(0, len(ended) - KEEP_ENDED)]:
-            self.forget(old)
-        return stream
+        if len(self.live) > KEEP_ENDED:
+            ended = [s for s in self.live.values() if s.ended and not s.attached]
+            for old in ended[: max(0, len(ended) - KEEP_ENDED)]:
+                self.forget(old)
 
     def forget(self, stream: ResumableStream) -> None:
         self.live.pop(stream.stream_id, None)
@@ -129,22 +135,21 @@ class LegacyStreams:
                 self._waits.discard(tg.cancel_scope)
         if ended:
             return None
-        stream = streams.open()
+        stream = streams.new()
         if self._cut_off():
             stream.cut_off = True
             stream.end(_shutdown_error(msg_id))
         elif first is not None:
             stream.record(first)
         elif not waited:  # the client left before anything was sent: nothing to resume
-            streams.forget(stream)
             return Outcome(None, cancel_upstream=True)
         await send(sse_start())
         attachment = stream.attach()
         data = stream.priming(self._retry_ms) + b"".join(e for _, e in stream.after(0))
         if stream.ended:  # the usual case: the reply came first, all in one write
             await send(chunk(data, more=False))
-            streams.forget(stream)
             return Outcome(stream.reply, cancel_upstream=stream.reply is None or stream.cut_off)
+        streams.keep(stream)
         await send(chunk(data, more=True))
         async with anyio.create_task_group() as call:
             call.start_soon(self._pump, inbox, stream, msg_id)
