@@ -47,7 +47,7 @@ def held(service: GatewayService) -> dict[str, int]:
         "server_requests": sum(len(link.server_requests) for link in service.links),
         "lease_readers": sum(s.lease.readers for s in sessions),
         "lease_holders": sum(s.lease.holder is not None for s in sessions),
-        "lease_waiting": sum(s.lease._waiting_writers for s in sessions),
+        "lease_waiting": sum(s.lease.waiting_writers for s in sessions),
         "pending": sum(len(s.pending) for s in sessions),
         "progress": sum(len(s.progress) for s in sessions),
     }
@@ -187,7 +187,7 @@ async def test_task_path_failure_at_each_step_releases_everything(
     # More failures than max_inflight_per_client: a leaked slot would show.
     async with gateway(legacy_server({"tools/call": echo}), max_inflight_per_client=2) as c:
         session = await settle(c)
-        monkeypatch.setattr(c.service, "_try_fast", lambda link, msg: False)
+        monkeypatch.setattr(c.service.calls, "_send_now", lambda link, msg: False)
         send = c.link.send
         STEPS[step](c.service, session)
         for msg_id in (20, 21, 22):

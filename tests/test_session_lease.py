@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from gateway.core.session_lease import LeaseState
 from gateway.runtime.session_lease import SessionLease
 from tests.mock_clock import on_mock_clock
 
@@ -108,3 +109,19 @@ async def test_a_writer_that_gives_up_lets_the_readers_it_held_back_in() -> None
 async def _cancellable_writer(lease: SessionLease, scope: anyio.CancelScope) -> None:
     with scope:
         await lease.acquire_exclusive("w")
+
+
+def test_the_rules_as_plain_data() -> None:
+    """The immediate path takes a share only when nobody holds or awaits the
+    session alone; a writer goes when the last share is given back."""
+    state = LeaseState()
+    assert state.share_now() and state.share_now()
+    state.waiting_writers = 1  # a writer waits: no new share jumps ahead of it
+    assert not state.share_now()
+    assert not state.can_hold_alone_now()
+    assert not state.release_shared()  # one share still out
+    assert state.release_shared()  # the writer may go
+    state.waiting_writers, state.holder = 0, "w"
+    assert not state.share_now()
+    assert not state.release_exclusive("someone else") and state.holder == "w"
+    assert state.release_exclusive("w") and state.holder is None

@@ -54,3 +54,6 @@ class Log(Command):
     message: str
     level: str = "info"
     fields: Mapping[str, Any] = field(default_factory=dict)
+    # A line a peer can cause without end: written at most once a minute
+    # (with a count of the ones held back), never a flood.
+    rate_limited: bool = False

@@ -80,6 +80,12 @@ def notifies_changes(method: str, server_caps: dict[str, Any]) -> bool:
     return isinstance(caps, dict) and bool(caps.get("listChanged"))
 
 
+def subscription_id(msg: wire.Message) -> object:
+    """The subscription id a modern server's notification carries, if any."""
+    meta = (msg.get("params") or {}).get("_meta")
+    return meta.get(era.SUBSCRIPTION_ID) if isinstance(meta, dict) else None
+
+
 def tagged(msg: wire.Message, subscription_id: wire.RequestId) -> wire.Message:
     """A notification as it goes out on a subscription, its id in `_meta`."""
     params = dict(msg.get("params") or {})

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from gateway import era, wire
+from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import subscriptions as subs
@@ -133,9 +133,3 @@ class Listens:
         self.ending = True
         for active in self.active.values():
             active.ended.set()
-
-
-def upstream_subscription(msg: wire.Message) -> object:
-    """The subscription id a modern server's notification carries, if any."""
-    meta = (msg.get("params") or {}).get("_meta")
-    return meta.get(era.SUBSCRIPTION_ID) if isinstance(meta, dict) else None

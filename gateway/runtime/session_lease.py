@@ -1,56 +1,49 @@
-"""Who may have calls running on a legacy upstream session (DESIGN §5.1.6).
-
-On a legacy stdio session nothing on the wire says which call a server
-request belongs to. So a call that may be asked for client input holds the
-session alone (exclusive), and every other call that could trigger such a
-request shares it. Waiting writers go first, so readers cannot starve them.
-Callers bound every wait with their own timeout.
-"""
+"""Waiting for a turn on a legacy upstream session; the rules are
+core/session_lease.py's. Callers bound every wait with their own timeout."""
 
 from __future__ import annotations
 
 import anyio
 
+from gateway.core.session_lease import LeaseState
 
-class SessionLease:
+
+class SessionLease(LeaseState):
     def __init__(self) -> None:
-        self.holder: object | None = None
-        self.readers = 0
-        self._waiting_writers = 0
+        super().__init__()
         self._changed = anyio.Event()
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
 
-    def can_share_now(self) -> bool:
-        return self.holder is None and not self._waiting_writers
-
     async def acquire_shared(self) -> None:
-        while self.holder is not None or self._waiting_writers:  # each pass waits for a change
+        while not self.can_share_now():  # each pass waits for a change
             await self._changed.wait()
         self.readers += 1
 
-    def release_shared(self) -> None:
-        self.readers -= 1
-        if self._waiting_writers and not self.readers:
+    def release_shared(self) -> bool:
+        writer_may_go = LeaseState.release_shared(self)
+        if writer_may_go:
             self._notify()
+        return writer_may_go
 
     async def acquire_exclusive(self, holder: object) -> None:
-        self._waiting_writers += 1
+        self.waiting_writers += 1
         acquired = False
         try:
-            while self.holder is not None or self.readers:  # each pass waits for a change
+            while not self.can_hold_alone_now():  # each pass waits for a change
                 await self._changed.wait()
             acquired = True
         finally:
-            self._waiting_writers -= 1
+            self.waiting_writers -= 1
             if not acquired:
                 # Given up (timeout, cancel): readers it held back may go now.
                 self._notify()
         self.holder = holder
 
-    def release_exclusive(self, holder: object) -> None:
-        if self.holder is holder:
-            self.holder = None
+    def release_exclusive(self, holder: object) -> bool:
+        released = LeaseState.release_exclusive(self, holder)
+        if released:
             self._notify()
+        return released
