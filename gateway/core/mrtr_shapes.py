@@ -10,6 +10,8 @@ from typing import Any, TypeGuard
 from gateway import wire
 
 INPUT_REQUIRED = "input_required"
+# What the server asks for, by input key.
+INPUT_REQUESTS = "inputRequests"
 # The params a retry adds to the original request ("Client Behavior"): the
 # client's answers and the server's state, echoed exactly.
 INPUT_RESPONSES = "inputResponses"
@@ -57,7 +59,7 @@ def input_required(
     the state its retry must echo (either may be absent, not both)."""
     result: dict[str, Any] = {"resultType": INPUT_REQUIRED}
     if input_requests is not None:
-        result["inputRequests"] = input_requests
+        result[INPUT_REQUESTS] = input_requests
     if request_state is not None:
         result[REQUEST_STATE] = request_state
     return result

@@ -1,9 +1,8 @@
 """The MRTR bridge at work, legacy client → modern server (DESIGN §5.2.5).
 
-A modern server's `input_required` becomes server requests to the legacy
-client (sent concurrently, under gateway ids); their answers go back upstream
-as `inputResponses` on a retry with a new id and the exact `requestState`,
-until the server completes, in bounded rounds and time.
+core/legacy_input.py decides each step of a call's loop; this asks the legacy
+client (the round's requests at once, under gateway ids, bounded by
+request_timeout) and sends the retries upstream.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ import structlog
 from gateway import wire
 from gateway.client_link import ClientLink, ForwardedServerRequest
 from gateway.config import Config
-from gateway.core import mrtr_bridge as core
-from gateway.core import mrtr_shapes, upstream_checks
+from gateway.core import legacy_input as core
+from gateway.core.engine import Event
 from gateway.core.routing import Forward
 from gateway.runtime.upstream_session import UpstreamSession
 
@@ -32,7 +31,7 @@ ForwardFn = Callable[
 ]
 
 
-class ClientRefused(Exception):
+class _Refused(Exception):
     pass
 
 
@@ -50,82 +49,51 @@ class LegacyInputLoop:
         reply: wire.Message,
         client_id: wire.RequestId,
     ) -> wire.Message:
-        """Drive `reply` (an input_required) to a final reply from upstream;
-        what the gateway answers itself carries `client_id`, the client's id."""
+        """Drive `reply` (an input_required) to a final reply from upstream."""
         assert link.session is not None
-        for _ in range(self.config.max_rounds):
-            result = reply.get("result")
-            if not mrtr_shapes.is_input_required(result):
-                return reply
-            problem = upstream_checks.input_required_problem(result)
-            if problem is not None:
-                return self._error(
-                    client_id,
-                    f"Upstream sent a malformed reply: {problem}",
-                    upstream_checks.MALFORMED,
-                )
-            requests = core.requests_for_legacy_client(
-                result.get("inputRequests") or {},
-                link.session.capabilities,
-                link.session.version,
-                new_elicitation_id=lambda: str(uuid.uuid4()),
-            )
-            if isinstance(requests, str):
-                return self._error(
-                    client_id,
-                    f"The server needs client input the gateway cannot get: {requests}",
-                    "input-unavailable",
-                )
-            self.rounds += 1
-            try:
-                answers = await self._ask_all(link, requests)
-            except ClientRefused as exc:
-                return self._error(client_id, str(exc), "client-refused")
-            except TimeoutError:
-                return self._error(
-                    client_id,
-                    "The client did not answer the server's input requests within "
-                    f"{self.config.request_timeout:g}s",
-                    "client-timeout",
-                )
-            retry = Forward(
-                decision.method,
-                mrtr_shapes.retry_params(
-                    decision.params, answers, result.get(mrtr_shapes.REQUEST_STATE)
-                ),
-                decision.shape,
-                decision.client_era,
-                decision.client_capabilities,
-                decision.log_level,
-            )
-            reply = await self._forward(link, retry, session, None, client_id)
-        return self._error(
+        call = core.LegacyInputCall(
+            decision,
             client_id,
-            f"The server asked for input more than {self.config.max_rounds} times",
-            "mrtr-rounds",
+            link.session.capabilities,
+            link.session.version,
+            self.config.max_rounds,
+            new_elicitation_id=lambda: str(uuid.uuid4()),
         )
+        event: Event = core.UpstreamReplied(reply)
+        # Each pass is one round; the machine ends the loop after max_rounds.
+        while True:
+            [command] = call.handle(event)
+            if isinstance(command, core.Finish):
+                return command.reply
+            if isinstance(command, core.AskClient):
+                self.rounds += 1
+                event = await self._ask_all(link, command.requests)
+            else:
+                assert isinstance(command, core.RetryUpstream)
+                retry = await self._forward(link, command.forward, session, None, client_id)
+                event = core.UpstreamReplied(retry)
 
-    @staticmethod
-    def _error(client_id: wire.RequestId, message: str, reason: str) -> wire.Message:
-        return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason=reason)
-
-    async def _ask_all(self, link: ClientLink, requests: dict[str, wire.Message]) -> dict[str, Any]:
+    async def _ask_all(self, link: ClientLink, requests: dict[str, wire.Message]) -> Event:
         answers: dict[str, Any] = {}
         refusals: list[str] = []
 
         async def ask(key: str, request: wire.Message) -> None:
             try:
                 answers[key] = await self._ask(link, request)
-            except ClientRefused as exc:
+            except _Refused as exc:
                 refusals.append(str(exc))
 
-        with anyio.fail_after(self.config.request_timeout):
-            async with anyio.create_task_group() as tg:
-                for key, request in requests.items():
-                    tg.start_soon(ask, key, request)
+        timeout = self.config.request_timeout
+        try:
+            with anyio.fail_after(timeout):
+                async with anyio.create_task_group() as tg:
+                    for key, request in requests.items():
+                        tg.start_soon(ask, key, request)
+        except TimeoutError:
+            return core.ClientTimedOut(timeout)
         if refusals:
-            raise ClientRefused(refusals[0])
-        return answers
+            return core.ClientRefused(refusals[0])
+        return core.ClientAnswered(answers)
 
     async def _ask(self, link: ClientLink, request: wire.Message) -> Any:
         gateway_id = link.next_server_request_id()
@@ -137,12 +105,8 @@ class LegacyInputLoop:
         finally:
             link.server_requests.pop(gateway_id, None)
         if forwarded.reply is None:
-            raise ClientRefused("The client went away before answering the server's request")
-        answer = forwarded.reply
-        if "error" in answer:
-            err = answer["error"]
-            raise ClientRefused(
-                f"The client refused the server's {request['method']} request: "
-                f"{err.get('code')} {err.get('message')}"
-            )
-        return answer.get("result")
+            raise _Refused("The client went away before answering the server's request")
+        why = core.refusal(request["method"], forwarded.reply)
+        if why is not None:
+            raise _Refused(why)
+        return forwarded.reply.get("result")
