@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +28,7 @@ from gateway.runtime.service import GatewayService
 _pids = itertools.count(1000)
 Behaviour = Callable[["ScriptedServer"], Awaitable[None]]
 
-MODERN_META = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+MODERN_META: dict[str, Any] = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
 
 
 class Recorder(list[wire.Message]):
@@ -159,7 +159,7 @@ class ScriptedServer:
         """Send a server-to-client request; the script's main loop routes the reply."""
         self._next_ask += 1
         msg_id = f"srv-{self._next_ask}"
-        done, box = anyio.Event(), []
+        done, box = anyio.Event(), list[wire.Message]()
         self._asked[msg_id] = (done, box)
         await self.emit(wire.request(msg_id, method, params))
         with anyio.fail_after(5):
@@ -170,7 +170,8 @@ class ScriptedServer:
         """Deliver a reply to a pending `ask`; False if it is not a reply."""
         if "method" in msg:
             return False
-        waiting = self._asked.pop(msg.get("id"), None)  # type: ignore[arg-type]
+        msg_id = msg.get("id")
+        waiting = self._asked.pop(msg_id, None) if isinstance(msg_id, str | int) else None
         if waiting is not None:
             waiting[1].append(msg)
             waiting[0].set()
@@ -218,15 +219,18 @@ class Upstream:
 
 
 Handler = Callable[[ScriptedServer, wire.Message], Awaitable[dict[str, Any] | wire.Message | None]]
+# A table of handlers by method. A Mapping, not a dict: a table of handlers
+# that each return a result (never None) is one too.
+Handlers = Mapping[str, Handler]
 
 
 def legacy_server(
-    handlers: dict[str, Handler] | None = None,
+    handlers: Handlers | None = None,
     *,
     capabilities: dict[str, Any] | None = None,
     version: str = "2025-11-25",
     log: list[wire.Message] | None = None,
-    on_initialized: Callable[[ScriptedServer], Awaitable[None]] | None = None,
+    on_initialized: Callable[[ScriptedServer], Coroutine[Any, Any, None]] | None = None,
 ) -> Behaviour:
     """A legacy server: errors before initialize, then serves `handlers`.
 
@@ -237,7 +241,7 @@ def legacy_server(
     """
     handlers = handlers or {}
 
-    async def behaviour(server: ScriptedServer) -> None:
+    async def behaviour(server: ScriptedServer, server_tasks: TaskGroup) -> None:
         initialized = False
         while True:
             msg = await server.recv()
@@ -287,16 +291,14 @@ def legacy_server(
             server_tasks.start_soon(answer)
 
     async def wrapped(server: ScriptedServer) -> None:
-        nonlocal server_tasks
         async with anyio.create_task_group() as server_tasks:
-            await behaviour(server)
+            await behaviour(server, server_tasks)
 
-    server_tasks: TaskGroup
     return wrapped
 
 
 def modern_server(
-    handlers: dict[str, Handler] | None = None,
+    handlers: Handlers | None = None,
     *,
     capabilities: dict[str, Any] | None = None,
     log: list[wire.Message] | None = None,

@@ -37,6 +37,7 @@ from typing import Any
 import anyio
 import orjson
 import structlog.testing
+from anyio.streams.memory import MemoryObjectReceiveStream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# What the gateway sends one client.
+Inbox = MemoryObjectReceiveStream[wire.Message]
 
 REQUEST_TIMEOUT = 0.3
 MAX_BYTES = 16 * 1024
@@ -379,7 +382,7 @@ async def run_scenario(
             streams = (hostile_out, hostile_in, neighbour_out, neighbour_in, calm_out, calm_in)
             async with anyio.create_task_group() as requests:
 
-                async def call(link: ClientLink, inbox: Any, msg: wire.Message) -> wire.Message:
+                async def call(link: ClientLink, inbox: Inbox, msg: wire.Message) -> wire.Message:
                     await service.handle_client_message(link, msg, requests)
                     with anyio.fail_after(CALL_BOUND):
                         while True:  # skips notifications and server requests
@@ -424,7 +427,7 @@ async def run_scenario(
 
                 answers: dict[str, wire.Message] = {}
 
-                async def run(name: str, link: ClientLink, inbox: Any, msg: wire.Message) -> None:
+                async def run(name: str, link: ClientLink, inbox: Inbox, msg: wire.Message) -> None:
                     answers[name] = await call(link, inbox, msg)
 
                 async with anyio.create_task_group() as together:

@@ -671,7 +671,8 @@ def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None
         {"name": "u", "inputSchema": {"properties": {"a": {"x-mcp-header": ["H"]}, "b": 5}}},
         {"name": "v", "inputSchema": {"properties": {"a": {"x-mcp-header": "Region"}}}},
     ]
-    for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
+    results: list[object] = [{"tools": "not a list"}, {"tools": tools}, 5, None, []]
+    for result in results:
         front._tools.observe({"jsonrpc": "2.0", "id": 1, "result": result})
     # "u" breaks "Schema Extension" (a name that is no token): no headers are
     # expected for it, as a conforming client excludes it.
