@@ -16,6 +16,9 @@ from typing import Any
 
 import anyio
 import orjson
+import trio
+import trio.abc
+import trio.lowlevel
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -516,10 +519,40 @@ def tables(service: GatewayService, links: list[ClientLink]) -> dict[str, Any]:
 
 async def wait_tables_empty(service: GatewayService, links: list[ClientLink], bound: float) -> None:
     """Wait (at most `bound`: parked calls and forwarded server requests end
-    on their own timers) for every table to be empty; fail saying what is left."""
-    for _ in range(max(1, int(bound / 0.01))):
-        if not any(tables(service, links).values()):
+    on their own timers) for every table to be empty; fail saying what is left.
+
+    Runs on trio (see tests/mock_clock.py): the tables are checked after
+    every step of every task, so the wait ends on the step that empties the
+    last one, and on the mock clock the gateway's timers and the bound take
+    no wall-clock time."""
+    emptied = anyio.Event()
+    watch = _EmptyTables(service, links, emptied)
+    trio.lowlevel.add_instrument(watch)
+    try:
+        with anyio.move_on_after(bound):
+            if watch.empty():
+                return
+            await emptied.wait()
             return
-        await anyio.sleep(0.01)
+    finally:
+        trio.lowlevel.remove_instrument(watch)
     left = {k: v for k, v in tables(service, links).items() if v}
     raise AssertionError(f"still held: {left}")
+
+
+class _EmptyTables(trio.abc.Instrument):
+    """Sets `emptied` after the task step that leaves every table empty."""
+
+    def __init__(
+        self, service: GatewayService, links: list[ClientLink], emptied: anyio.Event
+    ) -> None:
+        self._service = service
+        self._links = links
+        self._emptied = emptied
+
+    def empty(self) -> bool:
+        return not any(tables(self._service, self._links).values())
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.empty():
+            self._emptied.set()

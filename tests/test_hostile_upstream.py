@@ -28,6 +28,7 @@ from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
+from tests.mock_clock import on_mock_clock
 from tests.scripted import (
     Recorder,
     ScriptedServer,
@@ -713,6 +714,7 @@ async def test_server_request_nested_to_the_limit_still_reaches_a_modern_client(
     assert request["params"]["requestedSchema"] == schema
 
 
+@on_mock_clock
 async def test_a_flood_of_server_requests_is_bounded() -> None:
     """Each server request may wait request_timeout for a client's answer: a
     server that asks without end would pile up tasks and forwarded requests.
