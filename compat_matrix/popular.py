@@ -241,7 +241,9 @@ def _disk_checks(server: Server, case: Path, report: dict[str, Any]) -> list[str
     problems: list[str] = []
     steps = report.get("steps") or []
     if server.scenario == "filesystem":
-        read = next((s for s in steps if s.get("step") == "tools/call read_text_file"), {})
+        read: dict[str, Any] = next(
+            (s for s in steps if s.get("step") == "tools/call read_text_file"), {}
+        )
         path, want = read.get("path"), read.get("want")
         try:
             held = Path(path).read_text() if path else None
@@ -250,7 +252,9 @@ def _disk_checks(server: Server, case: Path, report: dict[str, Any]) -> list[str
         if not path or Path(path).parent != case.resolve() or held != want:
             problems.append(f"file {path!r} does not hold {want!r} in {case}")
     if server.scenario == "memory":
-        opened = next((s for s in steps if s.get("step") == "tools/call open_nodes"), {})
+        opened: dict[str, Any] = next(
+            (s for s in steps if s.get("step") == "tools/call open_nodes"), {}
+        )
         store = case / "memory.jsonl"
         text = store.read_text() if store.exists() else ""
         if not opened.get("ok") or "popular-" not in text:

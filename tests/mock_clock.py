@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from typing import ParamSpec
 
 import trio
 import trio.testing
 
+P = ParamSpec("P")
 
-def on_mock_clock(test: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an async test under trio with a clock that jumps to the next timer
-    whenever every task waits (a plain function: pytest-asyncio's auto mode
-    would take an async one onto asyncio's real clock)."""
+
+def mock_clock() -> trio.testing.MockClock:
+    """A clock that jumps to the next timer whenever every task waits."""
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+def on_mock_clock(test: Callable[P, Awaitable[None]]) -> Callable[P, None]:
+    """Run an async test under trio on mock_clock() (a plain function:
+    pytest-asyncio's auto mode would take an async one onto asyncio's real
+    clock). The test's parameters (pytest's parametrize) pass through."""
 
     @functools.wraps(test)
-    def run() -> None:
-        trio.run(test, clock=trio.testing.MockClock(autojump_threshold=0))
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        trio.run(functools.partial(test, *args, **kwargs), clock=mock_clock())
 
     return run

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import orjson
+import trio
+import trio.abc
+import trio.lowlevel
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -28,7 +31,7 @@ from gateway.runtime.service import GatewayService
 _pids = itertools.count(1000)
 Behaviour = Callable[["ScriptedServer"], Awaitable[None]]
 
-MODERN_META = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+MODERN_META: dict[str, Any] = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
 
 
 class Recorder(list[wire.Message]):
@@ -159,7 +162,7 @@ class ScriptedServer:
         """Send a server-to-client request; the script's main loop routes the reply."""
         self._next_ask += 1
         msg_id = f"srv-{self._next_ask}"
-        done, box = anyio.Event(), []
+        done, box = anyio.Event(), list[wire.Message]()
         self._asked[msg_id] = (done, box)
         await self.emit(wire.request(msg_id, method, params))
         with anyio.fail_after(5):
@@ -170,7 +173,8 @@ class ScriptedServer:
         """Deliver a reply to a pending `ask`; False if it is not a reply."""
         if "method" in msg:
             return False
-        waiting = self._asked.pop(msg.get("id"), None)  # type: ignore[arg-type]
+        msg_id = msg.get("id")
+        waiting = self._asked.pop(msg_id, None) if isinstance(msg_id, str | int) else None
         if waiting is not None:
             waiting[1].append(msg)
             waiting[0].set()
@@ -218,15 +222,18 @@ class Upstream:
 
 
 Handler = Callable[[ScriptedServer, wire.Message], Awaitable[dict[str, Any] | wire.Message | None]]
+# A table of handlers by method. A Mapping, not a dict: a table of handlers
+# that each return a result (never None) is one too.
+Handlers = Mapping[str, Handler]
 
 
 def legacy_server(
-    handlers: dict[str, Handler] | None = None,
+    handlers: Handlers | None = None,
     *,
     capabilities: dict[str, Any] | None = None,
     version: str = "2025-11-25",
     log: list[wire.Message] | None = None,
-    on_initialized: Callable[[ScriptedServer], Awaitable[None]] | None = None,
+    on_initialized: Callable[[ScriptedServer], Coroutine[Any, Any, None]] | None = None,
 ) -> Behaviour:
     """A legacy server: errors before initialize, then serves `handlers`.
 
@@ -237,7 +244,7 @@ def legacy_server(
     """
     handlers = handlers or {}
 
-    async def behaviour(server: ScriptedServer) -> None:
+    async def behaviour(server: ScriptedServer, server_tasks: TaskGroup) -> None:
         initialized = False
         while True:
             msg = await server.recv()
@@ -287,16 +294,14 @@ def legacy_server(
             server_tasks.start_soon(answer)
 
     async def wrapped(server: ScriptedServer) -> None:
-        nonlocal server_tasks
         async with anyio.create_task_group() as server_tasks:
-            await behaviour(server)
+            await behaviour(server, server_tasks)
 
-    server_tasks: TaskGroup
     return wrapped
 
 
 def modern_server(
-    handlers: dict[str, Handler] | None = None,
+    handlers: Handlers | None = None,
     *,
     capabilities: dict[str, Any] | None = None,
     log: list[wire.Message] | None = None,
@@ -514,10 +519,40 @@ def tables(service: GatewayService, links: list[ClientLink]) -> dict[str, Any]:
 
 async def wait_tables_empty(service: GatewayService, links: list[ClientLink], bound: float) -> None:
     """Wait (at most `bound`: parked calls and forwarded server requests end
-    on their own timers) for every table to be empty; fail saying what is left."""
-    for _ in range(max(1, int(bound / 0.01))):
-        if not any(tables(service, links).values()):
+    on their own timers) for every table to be empty; fail saying what is left.
+
+    Runs on trio (see tests/mock_clock.py): the tables are checked after
+    every step of every task, so the wait ends on the step that empties the
+    last one, and on the mock clock the gateway's timers and the bound take
+    no wall-clock time."""
+    emptied = anyio.Event()
+    watch = _EmptyTables(service, links, emptied)
+    trio.lowlevel.add_instrument(watch)
+    try:
+        with anyio.move_on_after(bound):
+            if watch.empty():
+                return
+            await emptied.wait()
             return
-        await anyio.sleep(0.01)
+    finally:
+        trio.lowlevel.remove_instrument(watch)
     left = {k: v for k, v in tables(service, links).items() if v}
     raise AssertionError(f"still held: {left}")
+
+
+class _EmptyTables(trio.abc.Instrument):
+    """Sets `emptied` after the task step that leaves every table empty."""
+
+    def __init__(
+        self, service: GatewayService, links: list[ClientLink], emptied: anyio.Event
+    ) -> None:
+        self._service = service
+        self._links = links
+        self._emptied = emptied
+
+    def empty(self) -> bool:
+        return not any(tables(self._service, self._links).values())
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.empty():
+            self._emptied.set()

@@ -76,7 +76,7 @@ def push_server(seen: list[wire.Message] | None = None) -> Any:
 
 async def answer_pushes(c: Client, call_id: int) -> wire.Message:
     """Answer the server's requests as a legacy client does; return the call's reply."""
-    answers = {
+    answers: dict[str, dict[str, Any]] = {
         "elicitation/create": {"action": "accept", "content": {"name": "Ada"}},
         "sampling/createMessage": {
             "role": "assistant",

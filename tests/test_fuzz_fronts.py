@@ -142,7 +142,7 @@ METHODS = sorted(era.SPEC_METHODS | {"vendor/unknown", "notifications/vendor"})
 
 
 def _good_params(method: str, modern: bool, features: bool) -> dict[str, Any]:
-    params: dict[str, Any] = {
+    good: dict[str, dict[str, Any]] = {
         "initialize": {
             "protocolVersion": "2025-11-25",
             "capabilities": {"elicitation": {}} if features else {},
@@ -161,8 +161,8 @@ def _good_params(method: str, modern: bool, features: bool) -> dict[str, Any]:
             "ref": {"type": "ref/prompt", "name": "p"},
             "argument": {"name": "a", "value": "b"},
         },
-    }.get(method, {})
-    params = dict(params)
+    }
+    params = dict(good.get(method, {}))
     if modern and method != "initialize":
         caps: dict[str, Any] = {"elicitation": {}, "sampling": {}} if features else {}
         params["_meta"] = {**MODERN_META, era.CLIENT_CAPABILITIES: caps}
@@ -573,7 +573,7 @@ def test_fds_and_memory_return_to_baseline() -> None:
     """Issue invariant: "memory and file descriptors return to baseline".
     The same hostile batch, run repeatedly through both fronts, leaves no
     descriptor open and does not grow the heap."""
-    posts = [(line, {}) for line in _BATCH]
+    posts: list[tuple[bytes, dict[str, str]]] = [(line, {}) for line in _BATCH]
     for _ in range(2):  # warm up caches, imports, interned strings
         out, _ = anyio.run(run_stdio, _BATCH, "legacy")
         anyio.run(run_http, posts, "legacy")

@@ -28,6 +28,7 @@ from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
+from tests.mock_clock import on_mock_clock
 from tests.scripted import (
     Recorder,
     ScriptedServer,
@@ -671,7 +672,8 @@ def test_http_front_reads_tool_annotations_only_from_well_formed_tools() -> None
         {"name": "u", "inputSchema": {"properties": {"a": {"x-mcp-header": ["H"]}, "b": 5}}},
         {"name": "v", "inputSchema": {"properties": {"a": {"x-mcp-header": "Region"}}}},
     ]
-    for result in ({"tools": "not a list"}, {"tools": tools}, 5, None, []):
+    results: list[object] = [{"tools": "not a list"}, {"tools": tools}, 5, None, []]
+    for result in results:
         front._tools.observe({"jsonrpc": "2.0", "id": 1, "result": result})
     # "u" breaks "Schema Extension" (a name that is no token): no headers are
     # expected for it, as a conforming client excludes it.
@@ -712,6 +714,7 @@ async def test_server_request_nested_to_the_limit_still_reaches_a_modern_client(
     assert request["params"]["requestedSchema"] == schema
 
 
+@on_mock_clock
 async def test_a_flood_of_server_requests_is_bounded() -> None:
     """Each server request may wait request_timeout for a client's answer: a
     server that asks without end would pile up tasks and forwarded requests.

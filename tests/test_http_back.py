@@ -612,7 +612,7 @@ async def test_a_log_message_on_a_calls_post_stream_belongs_to_that_call() -> No
             seen.append(msg)
             send_nowait(msg)
 
-        c.link.send, c.link.send_nowait = record, record_nowait  # type: ignore[method-assign]
+        c.link.send, c.link.send_nowait = record, record_nowait
 
         async def call(who: str, level: str | None) -> None:
             meta = {**META, era.LOG_LEVEL: level} if level else dict(META)

@@ -473,12 +473,12 @@ async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_pat
                 body = json.dumps(
                     call(1, "tools/call", name="sleep", arguments={"seconds": 30})
                 ).encode()
-                head = "".join(
+                headers = "".join(
                     f"{k}: {v}\r\n" for k, v in modern_headers("tools/call", "sleep").items()
-                )
+                ).encode()
                 await plain.send(
                     b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    + head.encode()
+                    + headers
                     + b"Content-Length: %d\r\n\r\n" % len(body)
                     + body
                 )
@@ -487,7 +487,7 @@ async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_pat
                 async with slow:
                     await slow.send(
                         b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                        + head.encode()
+                        + headers
                         + b"Expect: 100-continue\r\nContent-Length: 100\r\n\r\n"
                     )
                     assert (await slow.receive()).startswith(b"HTTP/1.1 100")
@@ -497,16 +497,16 @@ async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_pat
             events = [first, *[line async for line in lines]]
         with anyio.fail_after(10):
             assert await gw.process.wait() == 0
-    head, _, payload = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200")
-    assert b"content-type: application/json" in head.lower()
+    reply_head, _, payload = raw.partition(b"\r\n\r\n")
+    assert reply_head.startswith(b"HTTP/1.1 200")
+    assert b"content-type: application/json" in reply_head.lower()
     reply = json.loads(payload)
     assert reply["id"] == 1
     assert reply["error"]["data"] == {"source": "mcp-era-gateway", "reason": "shutdown"}
 
-    status, body = status_and_body(unread)
-    assert status == 503 and body["error"]["code"] == -32603
-    assert body["error"]["data"] == {"source": "mcp-era-gateway", "reason": "shutdown"}
+    status, refusal = status_and_body(unread)
+    assert status == 503 and refusal["error"]["code"] == -32603
+    assert refusal["error"]["data"] == {"source": "mcp-era-gateway", "reason": "shutdown"}
 
     data = [json.loads(line.removeprefix("data: ")) for line in events if line.startswith("data")]
     assert data[0]["method"] == "notifications/progress"

@@ -189,8 +189,8 @@ def _params_of(defs: dict[str, Any], method: str, notification: bool) -> dict[st
 def _same_shape(defs: dict[str, Any], kind: inbound.Kind, node: dict[str, Any]) -> bool:
     form = _SCHEMA_FORM[kind]
     if "$ref" in form:
-        return node.get("$ref") == form["$ref"]
-    return _resolve(defs, node).get("type") == form["type"]
+        return bool(node.get("$ref") == form["$ref"])
+    return bool(_resolve(defs, node).get("type") == form["type"])
 
 
 @pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])

@@ -403,7 +403,8 @@ async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:
     # answers so for the legacy server, whose request is refused. A server that
     # then ends the call itself is not also sent a cancellation (the issue's
     # expiry defect: the two together break mcp 1.30).
-    for caps in ({"sampling": {}}, {}):
+    undeclared: list[dict[str, Any]] = [{"sampling": {}}, {}]
+    for caps in undeclared:
         seen = Recorder()
         async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
             reply = await start(c, "ask_name", caps=caps)
@@ -427,7 +428,8 @@ async def test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refu
         await server.ask("elicitation/create", ELICIT)
         await anyio.sleep_forever()
 
-    for caps in ({"sampling": {}}, {}):
+    undeclared: list[dict[str, Any]] = [{"sampling": {}}, {}]
+    for caps in undeclared:
         seen = Recorder()
         async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
             reply = await start(c, "stubborn", caps=caps)

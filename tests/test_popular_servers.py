@@ -31,7 +31,6 @@ import pytest
 from compat_matrix.popular import (
     CLIENTS,
     HEADING,
-    INSTALL_HINT,
     TRANSPORTS,
     missing,
     run_all,
@@ -39,7 +38,7 @@ from compat_matrix.popular import (
     servers,
     write_section,
 )
-from compat_matrix.run import peers_dir
+from compat_matrix.run import INSTALL_HINT, peers_dir
 
 pytestmark = pytest.mark.peers
 

@@ -73,7 +73,11 @@ async def settle(c: Client) -> UpstreamSession:
 
 
 async def call_with_token(c: Client, msg_id: int) -> None:
-    params = {"name": "x", "arguments": {}, "_meta": {"progressToken": f"p{msg_id}"}}
+    params: dict[str, Any] = {
+        "name": "x",
+        "arguments": {},
+        "_meta": {"progressToken": f"p{msg_id}"},
+    }
     await c.send(
         wire.request(msg_id, "tools/call", {**params, "_meta": {**MODERN_META, **params["_meta"]}})
     )

@@ -48,7 +48,8 @@ def test_a_result_meta_that_is_no_object_gives_way_to_the_server_info() -> None:
     null` (or any non-object) cannot carry serverInfo: a modern client gets a
     `_meta` of the gateway's making, and a legacy client none (found by
     hypothesis: the round trip cannot keep an invalid value)."""
-    for junk in (None, 3, "x", []):
+    junks: list[object] = [None, 3, "x", []]
+    for junk in junks:
         modern = translate.result_to_modern("tools/call", {"_meta": junk}, SERVER, None)
         assert modern["_meta"] == {era.SERVER_INFO: SERVER}
         assert "_meta" not in translate.result_to_legacy(modern)

@@ -4,6 +4,7 @@ wedge or exhaust the gateway": the pool's defects)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.anyio
 PLAIN = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
 
 
-def counting() -> Any:
+def counting() -> Callable[[ScriptedServer, wire.Message], Awaitable[dict[str, Any]]]:
     """A tool that counts its calls per process: the state a restart loses."""
     counts: dict[int, int] = {}
 
@@ -163,7 +164,8 @@ async def test_max_sessions_bounds_one_principal_not_all() -> None:
         alice.principal = "alice"
         bob = principal(c, "bob")
         await call_as(c, bob)
-        for caps in ({"sampling": {}}, {"roots": {}}, {}):
+        features: list[dict[str, Any]] = [{"sampling": {}}, {"roots": {}}, {}]
+        for caps in features:
             meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: caps}
             msg = wire.request(
                 next(_ids), "tools/call", {"name": "x", "arguments": {}, "_meta": meta}
@@ -292,9 +294,12 @@ async def test_an_http_upstream_that_accepts_connections_again_is_retried_at_onc
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     upstream = failing_spawns(range(1, 4), {"tools/call": counting()})
     args = {"name": "count", "arguments": {}}
-    config = {"upstream_url": f"http://127.0.0.1:{port}/mcp"}
-    backoff = {"restart_backoff_initial": 30, "restart_backoff_max": 60}
-    async with gateway(upstream, **backoff, **config) as c:
+    async with gateway(
+        upstream,
+        upstream_url=f"http://127.0.0.1:{port}/mcp",
+        restart_backoff_initial=30,
+        restart_backoff_max=60,
+    ) as c:
         time = FakeTime()
         time.drive(c)
         pool = c.service.pool

@@ -8,7 +8,11 @@ server) and breaks it at one step: the server is silent (timeout), exits,
 answers garbage, asks for input and then exits, cannot be written to, or the
 client cancels or goes away. Afterwards the tables — pending upstream calls, progress routes, the
 session lease, parked calls, in-flight calls, forwarded server requests —
-must be empty, and a plain call must still work."""
+must be empty, and a plain call must still work.
+
+The tests run on trio's mock clock (tests/mock_clock.py): the timers that end
+parked calls and forwarded server requests fire without wall-clock waits,
+and wait_tables_empty wakes on the task step that empties the last table."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import pytest
 
 from gateway import era, wire
 from gateway.runtime.upstream_session import WIND_DOWN
+from tests.mock_clock import on_mock_clock
 from tests.scripted import (
     Client,
     Recorder,
@@ -29,8 +34,6 @@ from tests.scripted import (
     tables,
     wait_tables_empty,
 )
-
-pytestmark = pytest.mark.anyio
 
 REQUEST_TIMEOUT = 0.3
 STATE_TTL = 0.3
@@ -96,6 +99,7 @@ FAILURES = [
 
 @pytest.mark.parametrize("failure", FAILURES)
 @pytest.mark.parametrize("kind", KINDS)
+@on_mock_clock
 async def test_a_call_broken_at_any_step_leaves_nothing_held(kind: str, failure: str) -> None:
     seen = Recorder()
     behaviour = legacy_server({"tools/call": tool}, log=seen)
@@ -140,6 +144,7 @@ async def _answer_of(c: Client, msg_id: str) -> wire.Message:
                 return msg
 
 
+@on_mock_clock
 async def test_a_cancelled_bridged_call_releases_the_session() -> None:
     """2026-07-28 "Cancellation": a cancelled request's work stops. On main a
     bridged MRTR call whose client cancelled while it waited went on running
@@ -163,6 +168,7 @@ async def test_a_cancelled_bridged_call_releases_the_session() -> None:
     assert again["result"]["content"][0]["text"] == "ok"
 
 
+@on_mock_clock
 async def test_a_parked_call_whose_server_died_frees_its_slot() -> None:
     """A call parked for client input (hold mode) whose server exits cannot be
     continued: its slot (max_parked_calls) is freed at once rather than at
@@ -189,6 +195,7 @@ async def test_a_parked_call_whose_server_died_frees_its_slot() -> None:
     assert not c.service.bridge.held
 
 
+@on_mock_clock
 async def test_legacy_client_input_loop_leaves_nothing_held_when_the_server_dies() -> None:
     """Legacy client → modern server (DESIGN §5.2.5): the server asks for
     input, the gateway asks the client, and the server exits meanwhile: the
@@ -216,6 +223,7 @@ async def test_legacy_client_input_loop_leaves_nothing_held_when_the_server_dies
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@on_mock_clock
 async def test_a_server_request_whose_client_went_away_is_answered(kind: str) -> None:
     """A server request passed to a client (or parked for it) when that client
     goes away: the server still gets an answer (an error), rather than wait
@@ -237,6 +245,7 @@ async def test_a_server_request_whose_client_went_away_is_answered(kind: str) ->
     assert "error" in answer
 
 
+@on_mock_clock
 async def test_legacy_client_input_loop_ends_cleanly_when_the_client_goes_away() -> None:
     """Legacy client → modern server: the client goes away while the gateway
     waits for its answer to the server's input request. The call ends, no
@@ -259,3 +268,30 @@ async def test_legacy_client_input_loop_ends_cleanly_when_the_client_goes_away()
         c.service.drop_link(c.link)
         await wait_tables_empty(c.service, [c.link], 1)
     assert len(calls) == 1
+
+
+@on_mock_clock
+async def test_the_wait_for_empty_tables_wakes_when_they_empty_and_fails_at_its_bound() -> None:
+    """The harness the tests above rely on (issue #11: no polling with sleeps
+    in tests): a parked call is held until state_ttl; wait_tables_empty wakes
+    when it is gone (not at its bound), and a bound that ends first fails
+    naming what is still held."""
+    seen = Recorder()
+    caps: dict[str, Any] = {"elicitation": {"form": {}}}
+    for bound, state_ttl in ((60, 3), (1, 3)):
+        async with gateway(
+            legacy_server({"tools/call": tool}, log=seen),
+            request_timeout=5,
+            state_ttl=state_ttl,
+            state_key="k" * 32,
+        ) as c:
+            asked = await c.call("tools/call", {"name": "ask", "_meta": _meta(caps)}, timeout=2)
+            assert asked["result"]["resultType"] == "input_required"
+            start = anyio.current_time()
+            if bound > state_ttl:
+                await wait_tables_empty(c.service, [c.link], bound)
+                assert state_ttl <= anyio.current_time() - start < bound
+            else:
+                with pytest.raises(AssertionError, match=r"still held: \{'held'"):
+                    await wait_tables_empty(c.service, [c.link], bound)
+                assert anyio.current_time() - start == bound

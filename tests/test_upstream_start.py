@@ -102,8 +102,7 @@ async def test_a_silent_upstream_error_names_the_bound_that_ran_out() -> None:
         while True:  # ends when the gateway closes the pipe
             await server.recv()
 
-    config = {"probe_timeout": 0.05, "startup_timeout": 0.3}
-    async with gateway(silent, **config) as c:
+    async with gateway(silent, probe_timeout=0.05, startup_timeout=0.3) as c:
         failure = c.service.pool.failure
         reply = await c.call("tools/call", {"name": "x", "arguments": {}})
     assert failure == "no answer to initialize within startup_timeout=0.3 s"

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 # --stubborn: outlive the end of stdin; --very-stubborn: ignore SIGTERM too.
 STUBBORN = "--stubborn" in sys.argv or "--very-stubborn" in sys.argv
@@ -13,7 +14,7 @@ if "--very-stubborn" in sys.argv:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def send(msg: dict) -> None:
+def send(msg: dict[str, Any]) -> None:
     os.write(1, (json.dumps(msg) + "\n").encode())
 
 

@@ -49,7 +49,7 @@ async def sample(
 
 async def roots(context: RequestContext[Any, Any]) -> ListRootsResult:
     ASKED.append("roots/list")
-    return ListRootsResult(roots=[Root(uri="file:///work", name="work")])  # type: ignore[arg-type]
+    return ListRootsResult(roots=[Root(uri="file:///work", name="work")])
 
 
 def transport(command: list[str]) -> Any:

@@ -19,20 +19,23 @@ class Name(BaseModel):
     name: str
 
 
-@mcp.tool()
 def echo(text: str) -> str:
     """Says it back."""
     return text
 
 
-@mcp.tool()
-async def ask_name(ctx: Context) -> str:  # type: ignore[type-arg]
+async def ask_name(ctx: Context) -> str:
     """Asks the client for a name (a server-to-client elicitation/create)."""
     answer = await ctx.elicit("What is your name?", Name)
     return (
         f"Hello, {answer.data.name}!" if answer.action == "accept" else f"no name: {answer.action}"
     )
 
+
+# Registered by call rather than by decorator: here mcp is untyped, and a
+# decorator of unknown type would make the tools untyped too.
+mcp.add_tool(echo)
+mcp.add_tool(ask_name)
 
 if __name__ == "__main__":
     uvicorn.run(mcp.sse_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
