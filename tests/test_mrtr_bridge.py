@@ -3,7 +3,6 @@ DESIGN §5.1.6-5.1.8, §5.2.5)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import anyio
@@ -224,9 +223,7 @@ async def test_state_of_another_principal_is_rejected() -> None:
     # Sessions are never shared across principals: mallory gets her own.
     async with gateway(legacy_server({"tools/call": ask_name}), max_sessions=2) as c:
         first = await start(c, "ask_name")
-        send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
-        mallory = ClientLink.over_stream(send, principal="mallory")
-        c.service.links.add(mallory)
+        mallory, _ = c.open_link(principal="mallory")
         stolen = await retry(c, first, {"input-1": accept("M")}, msg_id=2, link=mallory)
         assert "another principal" in stolen["error"]["message"]
         final = await retry(c, first, {"input-1": accept("Al")}, msg_id=3)
@@ -571,9 +568,7 @@ async def test_many_clients_each_get_their_own_answer() -> None:
         results: dict[int, str] = {}
 
         async def client(n: int) -> None:
-            send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
-            link = ClientLink.over_stream(send)  # one principal: one shared upstream session
-            c.service.links.add(link)
+            link, _ = c.open_link()  # one principal: one shared upstream session
             first = await start(c, "ask_name", msg_id=1, link=link)
             final = await retry(c, first, {"input-1": accept(f"n{n}")}, msg_id=2, link=link)
             results[n] = final["result"]["content"][0]["text"]
