@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core.engine import CancelTimer, Log, StartTimer, TimerFired
-from gateway.core.mrtr_hold import HoldSettings, HoldTable
+from gateway.core.mrtr_hold import HoldTable
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
     AnswerServer,
@@ -41,6 +41,7 @@ from gateway.core.mrtr_hold_events import (
     Wake,
     WindDown,
 )
+from gateway.core.mrtr_parking import HoldSettings
 from gateway.core.request_state import Claims, Sealer
 from tests.playbook import Placeholder, Playbook, later, matching
 

@@ -17,6 +17,18 @@ def invalid(client_id: wire.RequestId, why: str) -> wire.Message:
     return wire.error_response(client_id, wire.INVALID_PARAMS, f"Invalid params: {why}")
 
 
+def state_gone(client_id: wire.RequestId) -> wire.Message:
+    why = (
+        "the call this requestState continues is gone "
+        "(finished, expired, or parked on another gateway instance)"
+    )
+    return invalid(client_id, why)
+
+
+def retry_in_progress(client_id: wire.RequestId) -> wire.Message:
+    return invalid(client_id, "a retry of this request is already in progress")
+
+
 def parked_limit(client_id: wire.RequestId, limit: int) -> wire.Message:
     message = f"Too many calls waiting for client input (limit {limit})"
     return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="parked-limit")
@@ -93,3 +105,14 @@ def no_client_answer(upstream_id: wire.RequestId, reason: str) -> wire.Message:
 def too_many_asks(upstream_id: wire.RequestId, limit: int) -> wire.Message:
     message = f"Too many requests for client input at once (limit {limit})"
     return wire.error_response(upstream_id, wire.INTERNAL_ERROR, message)
+
+
+def undeclared(upstream_id: wire.RequestId, reason: str) -> wire.Message:
+    """The call needs a capability its modern client did not declare."""
+    return wire.error_response(upstream_id, wire.METHOD_NOT_FOUND, reason)
+
+
+def cannot_take(request: wire.Message, why: str) -> wire.Message:
+    """A request the client cannot take, in a call that goes on."""
+    message = f"{request['method']} refused: {why}"
+    return wire.error_response(request["id"], wire.METHOD_NOT_FOUND, message)

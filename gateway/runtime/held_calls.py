@@ -37,7 +37,8 @@ from gateway.core import mrtr_hold_events as hold
 from gateway.core import mrtr_hold_replies as replies
 from gateway.core import mrtr_shapes
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
-from gateway.core.mrtr_hold import HoldSettings, HoldTable
+from gateway.core.mrtr_hold import HoldTable
+from gateway.core.mrtr_parking import HoldSettings
 from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
 from gateway.core.routing import Forward
 from gateway.runtime.engine_timers import EngineTimers
