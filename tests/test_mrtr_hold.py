@@ -68,10 +68,10 @@ def table(**settings: Any) -> HoldTable:
 
 
 def held(
-    caps: dict[str, Any] | None = None, rounds: int = 5, replay: bool = False
+    caps: dict[str, Any] | None = None, rounds: int = 5, replay: bool = False, handle: str = "h"
 ) -> core.HeldCall:
     return core.HeldCall(
-        handle=None if replay else "h",
+        handle=None if replay else handle,
         principal="p",
         method="tools/call",
         digest="d",
@@ -130,7 +130,9 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
     """MRTR "Ephemeral Workflow": the input_required answer carries the
     server's request under a gateway key, the retry's answer goes to the
     parked upstream call (never re-sent), and the final reply carries the
-    retry's id."""
+    retry's id. Presented again once the call has answered, the state is
+    -32602 ("gone") and nothing reaches the server (moved from
+    test_mrtr_bridge.py::test_bad_retries_are_rejected_and_leave_the_call_intact)."""
     t = table()
     playbook, state = parked(t, ASK_NAME)
     assert t.parked == {"h": 1}
@@ -154,6 +156,11 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
         << ShapeReply(1, 2, RESULT)
     )
     assert not t.parked and not t.calls and t.rounds == 1
+    assert (
+        playbook
+        >> retry(3, state, {"input-1": accept("Ada")})
+        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("gone")))
+    )
 
 
 def test_requests_sent_together_go_out_in_one_input_required() -> None:
@@ -162,7 +169,10 @@ def test_requests_sent_together_go_out_in_one_input_required() -> None:
 
 def test_missing_answers_are_asked_again_and_rounds_count() -> None:
     """MRTR "Error Handling": what was not answered is asked again; keys
-    that were never asked are ignored."""
+    that were never asked are ignored. Each input_required is a round of its
+    own, a request the server makes after an answer goes out under the next
+    key, and every answer reaches the server as the client gave it (moved from
+    test_mrtr_bridge.py::test_several_rounds_missing_and_extra_responses)."""
     t = table()
     playbook, state = parked(t, ASK_NAME)
     again = Placeholder(str)
@@ -183,6 +193,46 @@ def test_missing_answers_are_asked_again_and_rounds_count() -> None:
         << ReplyToClient(input_required(2, asked(ASK_NAME), again.match))
     )
     assert opened(again).round == 2 and t.rounds == 2
+    third = Placeholder(str)
+    roots = {"roots": [{"uri": "file:///w"}]}
+    assert (
+        playbook
+        >> retry(3, again, {"input-1": accept("Cy")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 3)
+        >> SessionAcquired(1, 3, 31.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Cy")))
+        << StartTimer(OutcomeDue(1), 31.0 + RT)
+        << AwaitOutcome(1, 3)
+        >> ServerAsked(1, ASK_ROOTS, 32.0)
+        << Wake(1)
+        >> gathered(3, now=33.0)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 33.0 + TTL)
+        << ReplyToClient(
+            input_required(3, {"input-2": asked(ASK_NAME, ASK_ROOTS)["input-2"]}, third.match)
+        )
+        >> retry(4, third, {"input-2": roots})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 4)
+        >> SessionAcquired(1, 4, 34.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-2", roots))
+        << StartTimer(OutcomeDue(1), 34.0 + RT)
+        << AwaitOutcome(1, 4)
+        >> UpstreamEnded(1, RESULT)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(4, now=35.0)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << ShapeReply(1, 4, RESULT)
+    )
+    assert opened(third).round == 3 and t.rounds == 3 and not t.calls
 
 
 def test_bad_retries_are_rejected_and_leave_the_call_parked() -> None:
@@ -275,7 +325,10 @@ def test_expiry_refuses_the_servers_requests_and_waits_before_cancelling() -> No
 
 def test_a_call_still_running_after_the_wind_down_is_cancelled_and_hears_nothing_more() -> None:
     """The refusal first, the cancellation after WIND_DOWN, and nothing for the
-    call after the cancellation (not even a refusal of a late request)."""
+    call after the cancellation (not even a refusal of a late request): the
+    issue's "100 parked MRTR calls expiring at once" (moved from
+    test_mrtr_bridge.py::test_expiry_refuses_first_and_cancels_only_a_call_still_running;
+    with a real SDK: test_real_peers_mrtr_expiry.py)."""
     t = table()
     playbook, _ = parked(t, ASK_NAME)
     assert (
@@ -342,9 +395,13 @@ def test_a_parked_call_whose_server_died_frees_its_slot_and_its_retry_hears_why(
 
 
 def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
-    """2026-07-28 "Per-request protocol fields": -32021 with requiredCapabilities;
-    the legacy server's request is refused, and a server that ends the call is
-    not also cancelled."""
+    """2026-07-28 "Per-request protocol fields": a server MUST answer -32021
+    when processing needs a capability the client did not declare; the gateway
+    answers so for the legacy server, whose request is refused. A server that
+    then ends the call itself is not also sent a cancellation (the issue's
+    expiry defect: the two together break mcp 1.30). Moved from
+    test_mrtr_bridge.py::test_a_call_needing_an_undeclared_capability_gets_32021
+    (a client that declared some features: the bridge's)."""
     t = table()
     needed: dict[str, Any] = {"requiredCapabilities": {"elicitation": {"form": {}}}}
     assert (
@@ -375,6 +432,162 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
         )
     )
     assert not t.calls
+
+
+def running(t: HoldTable, client_id: int = 1, caps: dict[str, Any] | None = None) -> Playbook:
+    """A call that holds the session and runs upstream; its client waits."""
+    playbook = Playbook(t) >> CallArrived(1, client_id, held(caps=caps), 0.0)
+    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, client_id)
+    playbook >> SessionAcquired(1, client_id, 2.0) << CancelTimer(SessionDue(1))
+    playbook << StartUpstream(1)
+    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, client_id)
+    assert playbook
+    return playbook
+
+
+def test_an_undeclared_capability_in_a_call_the_server_keeps_running() -> None:
+    """2026-07-28 "Per-request protocol fields": -32021 with requiredCapabilities.
+    The -32021 path bounds the upstream call as an expiry does: the server's
+    request is refused first, and a call still running when the wind-down
+    ends is cancelled, after which nothing more is sent for it (moved from
+    test_mrtr_bridge.py::test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refusal;
+    the client that declared no feature at all is the service's and stays there)."""
+    t = table()
+    needed: dict[str, Any] = {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert (
+        running(t, 7, caps={"sampling": {}})
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << AnswerServer(
+            1, wire.error_response("srv-1", wire.METHOD_NOT_FOUND, matching("elicitation"))
+        )
+        << StartTimer(WindDown(1), 5.0 + WIND)
+        >> TimerFired(WindDown(1), 6.0)
+        << CancelUpstream(1)
+        >> ServerAsked(1, ASK_ROOTS, 6.5)  # nothing for the call after its cancellation
+        >> UpstreamEnded(1, None)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(7)
+        << CancelTimer(OutcomeDue(1))
+        << ReplyToClient(
+            wire.error_response(
+                7, wire.MISSING_REQUIRED_CLIENT_CAPABILITY, matching("capability"), needed
+            )
+        )
+    )
+    assert not t.calls
+
+
+def test_a_request_the_server_cancels_is_not_put_to_the_client() -> None:
+    """2026-07-28 "Cancellation": a request the server cancelled is dropped
+    from the input_required; with none left, the client is not answered with
+    an empty one, and its request waits for the call."""
+    t = table()
+    playbook = running(t)
+    assert (
+        playbook
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> ServerAsked(1, ASK_ROOTS, 5.0)
+        << Wake(1)
+        >> ServerCancelledAsk(1, "srv-1")
+        >> ServerCancelledAsk(1, "srv-9")  # not one of its requests: nothing changes
+    )
+    assert t.pending_asks(1) == 1 and t.ready(1)
+    assert (
+        playbook
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 10.0 + TTL)
+        << ReplyToClient(
+            input_required(1, {"input-2": asked(ASK_NAME, ASK_ROOTS)["input-2"]}, matching(""))
+        )
+    )
+    t = table()
+    assert running(t) >> ServerAsked(1, ASK_NAME, 5.0) << Wake(1) >> ServerCancelledAsk(1, "srv-1")
+    assert not t.ready(1) and t.pending_asks(1) == 0
+
+
+def test_a_client_gone_while_waiting_for_the_session_leaves_nothing() -> None:
+    """2026-07-28 "Cancellation": a call whose client went away before it took
+    the session never runs."""
+    t = table()
+    assert (
+        Playbook(t)
+        >> CallArrived(1, 1, held(), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 1)
+        >> ClientGone(1, "cancelled by the client", 1.0)
+        << CancelTimer(SessionDue(1))
+        >> TimerFired(SessionDue(1), 30.0)  # already cancelled: nothing to give up
+    )
+    assert not t.calls and not t.parked
+
+
+def test_a_client_gone_during_its_call_closes_it() -> None:
+    """2026-07-28 "Cancellation": the call's work stops. Its server's pending
+    request is refused first, the call is cancelled only if it still runs after
+    the wind-down, and nothing is parked for a retry."""
+    t = table()
+    refusal = wire.error_response(
+        "srv-1", wire.INTERNAL_ERROR, "No client answer: cancelled by the client"
+    )
+    assert (
+        running(t)
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> ClientGone(1, "cancelled by the client", 6.0)
+        << CancelTimer(OutcomeDue(1))
+        << RefuseServerAsks(1, (refusal,))
+        << StartTimer(WindDown(1), 6.0 + WIND)
+        >> UpstreamEnded(1, RESULT)  # the refusal ended it: no cancellation
+        << ReleaseSession(1)
+        << Wake(1)
+        << CancelTimer(WindDown(1))
+    )
+    assert not t.calls and not t.parked
+
+
+def test_an_expiry_that_fires_as_the_retry_arrives_changes_nothing() -> None:
+    """A state_ttl timer already firing when the retry cancelled it does not
+    close the call the retry continues."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Ada")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> TimerFired(Expiry(1), 70.0)
+        >> SessionAcquired(1, 2, 71.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Ada")))
+        << StartTimer(OutcomeDue(1), 71.0 + RT)
+        << AwaitOutcome(1, 2)
+    )
+
+
+def test_an_expired_call_frees_its_parked_slot() -> None:
+    """max_parked_calls counts the calls a retry can still continue: once one
+    expires, a new call is taken."""
+    t = table(max_parked_calls=1)
+    playbook, _ = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> CallArrived(2, 9, held(), 1.0)
+        << ReplyToClient(
+            wire.gateway_error(9, wire.INTERNAL_ERROR, matching("limit 1"), reason="parked-limit")
+        )
+        >> TimerFired(Expiry(1), 70.0)
+        << CancelTimer(Expiry(1))
+        << RefuseServerAsks(1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("")),))
+        << StartTimer(WindDown(1), 70.0 + WIND)
+        >> CallArrived(2, 10, held(handle="h2"), 71.0)
+        << StartTimer(SessionDue(2), 71.0 + RT)
+        << AcquireSession(2, 10)
+    )
 
 
 def test_limits_parked_calls_rounds_and_asks() -> None:
