@@ -493,7 +493,7 @@ def test_a_request_the_server_cancels_is_not_put_to_the_client() -> None:
         >> ServerCancelledAsk(1, "srv-1")
         >> ServerCancelledAsk(1, "srv-9")  # not one of its requests: nothing changes
     )
-    assert t.pending_asks(1) == 1 and t.ready(1)
+    assert t.book.pending_asks(1) == 1 and t.book.ready(1)
     assert (
         playbook
         >> gathered(1)
@@ -506,7 +506,7 @@ def test_a_request_the_server_cancels_is_not_put_to_the_client() -> None:
     )
     t = table()
     assert running(t) >> ServerAsked(1, ASK_NAME, 5.0) << Wake(1) >> ServerCancelledAsk(1, "srv-1")
-    assert not t.ready(1) and t.pending_asks(1) == 0
+    assert not t.book.ready(1) and t.book.pending_asks(1) == 0
 
 
 def test_a_client_gone_while_waiting_for_the_session_leaves_nothing() -> None:
@@ -840,8 +840,8 @@ class Driver:
         if self.acquiring is not None:
             choices += ["acquired", "gone"] + (["busy"] if self.gave_up else [])
         if self.awaiting is not None:
-            choices += ["gone"] + (["gathered"] if self.t.ready(1) else [])
-            choices += ["timed_out"] if self.t.overdue(1) else []
+            choices += ["gone"] + (["gathered"] if self.t.book.ready(1) else [])
+            choices += ["timed_out"] if self.t.book.overdue(1) else []
         if self.running:
             choices += ["server_cancel", "ends"]
             # The server's requests reach the call only while it holds the session.

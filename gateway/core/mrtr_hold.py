@@ -12,10 +12,11 @@ upstream if the server does not end it within the wind-down.
 the call's way through the session, the server's requests, the answer to the
 waiting client and the retry. Each call's state is plain data: rounds and
 asks in `HeldCall`, the rest in `mrtr_parking.Hold`; parking, expiry and
-closing are `mrtr_parking.CallBook`'s. The runtime (runtime/held_calls.py)
-does the waiting: for the session, the call's next input requests or end,
-and timers. Replay mode and the -32042 re-send use it too: their calls are
-closed instead of parked.
+closing are `mrtr_parking.CallBook`'s, and which retries get through (the
+requestState opened, re-run states spent once) `mrtr_retry_door`'s. The
+runtime (runtime/held_calls.py, held_call_runner.py) does the waiting: for
+the session, the call's next input requests or end, and timers. Replay mode
+and the -32042 re-send use it too: their calls are closed instead of parked.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
+from gateway.core import mrtr_retry_door
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
@@ -38,6 +40,7 @@ from gateway.core.mrtr_hold_events import (
     ReleaseSession,
     ReplyToClient,
     RetryArrived,
+    RetryPresented,
     ServerAsked,
     ServerCancelledAsk,
     SessionAcquired,
@@ -51,7 +54,7 @@ from gateway.core.mrtr_hold_events import (
     WindDown,
 )
 from gateway.core.mrtr_parking import CallBook, Hold, HoldSettings
-from gateway.core.request_state import Sealer, StateRejected
+from gateway.core.request_state import ConsumedStates, Sealer, StateRejected
 
 
 class HoldTable:
@@ -61,6 +64,7 @@ class HoldTable:
         self.settings = settings
         self.sealer = sealer
         self.book = CallBook(settings)
+        self.spent = ConsumedStates(settings.rerun_states)  # re-run states honoured
         self.rounds = 0  # input_required answers given
 
     @property
@@ -72,25 +76,6 @@ class HoldTable:
         """Parked calls by handle: the ones a retry can continue."""
         return self.book.parked
 
-    # -- queries for the runtime's waits ---------------------------------------
-    def ready(self, key: CallKey) -> bool:
-        """The call ended or has input requests for its client."""
-        hold = self.calls.get(key)
-        return hold is None or hold.finished or bool(hold.call.asks)
-
-    def pending_asks(self, key: CallKey) -> int:
-        hold = self.calls.get(key)
-        return len(hold.call.asks) if hold is not None else 0
-
-    def overdue(self, key: CallKey) -> bool:
-        """The waiting client request has waited request_timeout."""
-        hold = self.calls.get(key)
-        return hold is not None and hold.overdue
-
-    def finished(self, key: CallKey) -> bool:
-        hold = self.calls.get(key)
-        return hold is None or hold.finished
-
     # -- events -----------------------------------------------------------------
     def handle(self, event: Event) -> list[Command]:
         # Dispatch on the event's type; each handler returns the commands in order.
@@ -98,6 +83,9 @@ class HoldTable:
             return self._timer_fired(event)
         if isinstance(event, CallArrived):
             return self._call_arrived(event)
+        if isinstance(event, RetryPresented):
+            admitted = mrtr_retry_door.admit(event, self.sealer, self.spent)
+            return self._retry_arrived(admitted) if isinstance(admitted, RetryArrived) else admitted
         if isinstance(event, RetryArrived):
             return self._retry_arrived(event)
         hold = self._hold_of(event)

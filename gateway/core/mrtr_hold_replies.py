@@ -42,6 +42,18 @@ def session_busy(client_id: wire.RequestId, *, retrying: bool) -> wire.Message:
     return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="session-busy")
 
 
+def url_declined(client_id: wire.RequestId, refusal: str) -> wire.Message:
+    message = f"The server requires a URL elicitation that was not completed ({refusal})"
+    return wire.gateway_error(
+        client_id, wire.INTERNAL_ERROR, message, reason="elicitation-declined"
+    )
+
+
+def rerun_limit(client_id: wire.RequestId, why: str) -> wire.Message:
+    message = f"Too many re-run requestStates in use ({why}); retry later"
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="replay-limit")
+
+
 def too_many_rounds(client_id: wire.RequestId, why: str) -> wire.Message:
     return wire.gateway_error(client_id, wire.INTERNAL_ERROR, why, reason="mrtr-rounds")
 

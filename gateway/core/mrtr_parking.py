@@ -40,6 +40,9 @@ class HoldSettings:
     wind_down: float
     # Server requests one bridged call may have waiting for its client at once.
     max_asks: int = 64
+    # Honoured re-run states (replay, -32042 re-send) remembered until they
+    # expire, so that each runs the call once: about 100 bytes each.
+    rerun_states: int = 100_000
 
 
 @dataclass(eq=False, slots=True)
@@ -74,6 +77,26 @@ class CallBook:
         # retry gets this failure (oldest dropped first).
         self.failed: OrderedDict[str, wire.Message] = OrderedDict()
 
+    # -- what the runtime's waits ask ------------------------------------------
+    def ready(self, key: CallKey) -> bool:
+        """The call ended or has input requests for its client."""
+        hold = self.calls.get(key)
+        return hold is None or hold.finished or bool(hold.call.asks)
+
+    def pending_asks(self, key: CallKey) -> int:
+        hold = self.calls.get(key)
+        return len(hold.call.asks) if hold is not None else 0
+
+    def overdue(self, key: CallKey) -> bool:
+        """The waiting client request has waited request_timeout."""
+        hold = self.calls.get(key)
+        return hold is not None and hold.overdue
+
+    def finished(self, key: CallKey) -> bool:
+        hold = self.calls.get(key)
+        return hold is None or hold.finished
+
+    # -- parking ---------------------------------------------------------------------
     def is_parked(self, hold: Hold) -> bool:
         """Parked for its client's retry, and no retry is in progress."""
         handle = hold.call.handle

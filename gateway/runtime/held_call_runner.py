@@ -180,19 +180,13 @@ class HeldCallRunner:
         assert reply is not None, "the hold machine answers every call"
         return reply
 
-    async def retry(
-        self,
-        link: ClientLink,
-        msg_id: wire.RequestId,
-        claims: core.Claims,
-        input_responses: object,
-    ) -> wire.Message:
-        """A retry whose state names a parked call (`claims.handle`)."""
-        assert claims.handle is not None
-        key = self.table.parked.get(claims.handle)
-        entry = self.entries.get(key) if key is not None else None
-        arrived = hold.RetryArrived(msg_id, claims, input_responses, anyio.current_time())
-        cmds = self.table.handle(arrived)
+    async def retry(self, link: ClientLink, cmds: list[Command]) -> wire.Message:
+        """Carry out the table's answer to a retry (RetryPresented). A retry
+        that takes its parked call over (waiting for the session or the
+        outcome) is the call's client now, and closes it if cancelled."""
+        keys = {c.key for c in cmds if isinstance(c, hold.CallCommand)}
+        assert len(keys) <= 1, "a retry continues one call"
+        entry = self.entries.get(keys.pop()) if keys else None
         taken = any(isinstance(c, hold.AcquireSession | hold.AwaitOutcome) for c in cmds)
         if entry is None or not taken:
             reply = await self._execute(entry, cmds)
@@ -235,12 +229,14 @@ class HeldCallRunner:
         """Wait for the call's result or its next input requests, or for its
         OutcomeDue timer."""
         key = entry.key
-        while not self.table.ready(key) and not self.table.overdue(key):  # each pass waits
+        while not self.table.book.ready(key) and not self.table.book.overdue(
+            key
+        ):  # each pass waits
             await entry.changed.wait()  # for a Wake: an ask, the end, or the timer
             entry.changed = anyio.Event()
-        if not self.table.finished(key) and not self.table.overdue(key):
+        if not self.table.book.finished(key) and not self.table.book.overdue(key):
             await self._gather_more(key)
-        if self.table.overdue(key):
+        if self.table.book.overdue(key):
             return await self.step(entry, hold.WaitTimedOut(key, client_id, anyio.current_time()))
         gathered = hold.InputGathered(
             key, client_id, anyio.current_time(), now_ms(), secrets.token_urlsafe(12)
@@ -263,9 +259,9 @@ class HeldCallRunner:
             return
         count = -1
         while (
-            count != self.table.pending_asks(key)
-            and not self.table.finished(key)
-            and not self.table.overdue(key)
+            count != self.table.book.pending_asks(key)
+            and not self.table.book.finished(key)
+            and not self.table.book.overdue(key)
         ):
-            count = self.table.pending_asks(key)
+            count = self.table.book.pending_asks(key)
             await anyio.sleep(window)

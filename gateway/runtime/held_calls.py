@@ -8,10 +8,11 @@ retry brings the answers, or until the state expires and the call is
 cancelled. Replay mode parks nothing: it cancels the upstream call, seals the
 answers so far into the state, and re-runs the call on the retry.
 
-Every decision about a call is `core.mrtr_hold.HoldTable`'s. This module is
-the bridge's door: which calls it takes, a new call or re-run made ready, a
-retry's state opened and spent; runtime/held_call_runner.py carries out the
-table's commands and turns what it waited for into the table's events.
+Every decision about a call is `core.mrtr_hold.HoldTable`'s, a retry's
+included (core/mrtr_retry_door.py). This module is the bridge's front: which
+calls it takes, and a new call, re-run or retry handed to the table;
+runtime/held_call_runner.py carries out the table's commands and turns what
+it waited for into the table's events.
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_events as hold
-from gateway.core import mrtr_hold_replies as replies
 from gateway.core import mrtr_shapes
 from gateway.core.mrtr_hold import HoldTable
 from gateway.core.mrtr_parking import HoldSettings
-from gateway.core.request_state import ConsumedStates, Sealer, StateRejected, params_digest
+from gateway.core.request_state import Sealer, params_digest
 from gateway.core.routing import Forward
 from gateway.runtime.held_call_runner import (
     ForwardFn,
@@ -52,9 +52,6 @@ __all__ = ["HeldEntry", "MrtrBridge"]
 log = structlog.get_logger("gateway.mrtr")
 
 STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
-# Honoured re-run states (replay, -32042 re-send) remembered until they expire,
-# so that each runs the call once: about 100 bytes each.
-REPLAY_STATES_REMEMBERED = 100_000
 
 
 class MrtrBridge:
@@ -80,7 +77,6 @@ class MrtrBridge:
         )
         self.table = HoldTable(settings, self.sealer)
         self.runner = HeldCallRunner(config, self.table, forward, shape)
-        self.consumed = ConsumedStates(REPLAY_STATES_REMEMBERED)
 
     def start(self, tg: TaskGroup) -> None:
         self.runner.start(tg)
@@ -178,63 +174,22 @@ class MrtrBridge:
     async def _retry(
         self, link: ClientLink, msg: wire.Message, decision: Forward, session: UpstreamSession
     ) -> wire.Message:
-        msg_id = msg["id"]
         params = msg.get("params") or {}
-        try:
-            claims = self.sealer.open(
-                params.get(mrtr_shapes.REQUEST_STATE),
-                principal=link.principal,
-                method=decision.method,
-                digest=params_digest(params),
-                now_ms=now_ms(),
+        presented = hold.RetryPresented(
+            msg["id"],
+            link.principal,
+            decision.method,
+            params_digest(params),
+            params.get(mrtr_shapes.REQUEST_STATE),
+            params.get(mrtr_shapes.INPUT_RESPONSES),
+            anyio.current_time(),
+            now_ms(),
+        )
+        cmds = self.table.handle(presented)
+        if cmds and isinstance(rerun := cmds[0], hold.RerunCall):
+            assert len(cmds) == 1, cmds
+            call = self._new_call(
+                link, msg, decision, replay=rerun.replay_answers, replay_round=rerun.replay_round
             )
-        except StateRejected as exc:
-            log.info("retry rejected", why=str(exc))
-            return replies.invalid(msg_id, str(exc))
-        if claims.resend:
-            refusal = core.url_refusal(params.get(mrtr_shapes.INPUT_RESPONSES))
-            if refusal is not None:
-                # The user would not open the link the server requires: re-sending
-                # would only meet the same -32042, so the call ends here.
-                return wire.gateway_error(
-                    msg_id,
-                    wire.INTERNAL_ERROR,
-                    f"The server requires a URL elicitation that was not completed ({refusal})",
-                    reason="elicitation-declined",
-                )
-            used = self._consume(msg_id, claims)
-            if used is not None:
-                return used
-            fresh = self._new_call(link, msg, decision)
-            return await self.runner.run(msg_id, fresh, link, decision, session)
-        if claims.handle is None:
-            try:
-                answers = core.merge_replay_answers(claims, params.get(mrtr_shapes.INPUT_RESPONSES))
-            except StateRejected as exc:
-                return replies.invalid(msg_id, str(exc))
-            used = self._consume(msg_id, claims)
-            if used is not None:
-                return used
-            call = self._new_call(link, msg, decision, replay=answers, replay_round=claims.round)
-            return await self.runner.run(msg_id, call, link, decision, session)
-        responses = params.get(mrtr_shapes.INPUT_RESPONSES)
-        return await self.runner.retry(link, msg_id, claims, responses)
-
-    def _consume(self, msg_id: wire.RequestId, claims: core.Claims) -> wire.Message | None:
-        """Spend a state whose retry re-runs the call: None if it may run, else
-        the client's answer. Checked last, so a retry refused for another
-        reason leaves the state usable."""
-        try:
-            self.consumed.consume(claims, now_ms())
-        except StateRejected as exc:
-            log.info("retry rejected", why=str(exc))
-            return replies.invalid(msg_id, str(exc))
-        except ConsumedStates.Full as exc:
-            log.info("retry refused", why=str(exc))
-            return wire.gateway_error(
-                msg_id,
-                wire.INTERNAL_ERROR,
-                f"Too many re-run requestStates in use ({exc}); retry later",
-                reason="replay-limit",
-            )
-        return None
+            return await self.runner.run(msg["id"], call, link, decision, session)
+        return await self.runner.retry(link, cmds)
