@@ -177,10 +177,11 @@ async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
     """2026-07-28 MRTR "Error Handling": a requestState that does not verify,
     comes from another gateway instance, is not a string, or is presented with
     other params is -32602, nothing reaches the server, and the parked call
-    still takes a correct retry. What the hold table decides of this (a
-    malformed inputResponses, a state used already or whose call is gone) is
-    in test_mrtr_hold.py: test_bad_retries_are_rejected_and_leave_the_call_parked,
-    test_a_state_already_used_is_rejected, test_a_parked_call_is_continued_by_its_retry."""
+    still takes a correct retry. The decisions are playbooks in
+    test_mrtr_hold.py (test_forged_states_are_rejected_and_leave_the_call_parked,
+    test_bad_retries_are_rejected_and_leave_the_call_parked,
+    test_a_state_already_used_is_rejected, test_a_parked_call_is_continued_by_its_retry);
+    this is the wiring: the state and params as the client sent them."""
     seen = Recorder()
     async with gateway(
         legacy_server({"tools/call": ask_name}, log=seen), state_key="k" * 32, instance_id="gw-1"
@@ -208,6 +209,9 @@ async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
 
 
 async def test_state_of_another_principal_is_rejected() -> None:
+    """A requestState is bound to the principal it was issued to (DESIGN
+    §5.1.6): the wiring of the link's principal into the check (the decision:
+    test_mrtr_hold.py::test_forged_states_are_rejected_and_leave_the_call_parked)."""
     # Sessions are never shared across principals: mallory gets her own.
     async with gateway(legacy_server({"tools/call": ask_name}), max_sessions=2) as c:
         first = await start(c, "ask_name")
@@ -462,6 +466,10 @@ async def test_url_elicitation_required_error_becomes_input_required() -> None:
 
 
 async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
+    """DESIGN §5.1.8 end to end: the run is stopped after its input_required and
+    the retry re-runs the call upstream. A state is honoured once, and a
+    refused retry leaves it usable: test_mrtr_hold.py (test_a_replay_state_is_honoured_once,
+    test_a_refused_replay_retry_leaves_the_state_usable)."""
     seen = Recorder()
     async with gateway(
         legacy_server({"tools/call": ask_name}, log=seen), replay_tools=("ask_*",)
@@ -474,64 +482,6 @@ async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
         final = await retry(c, first, {key: accept("Ed")}, msg_id=2, name="ask_name")
     assert final["result"]["content"][0]["text"] == "Hello, Ed"
     assert len([m for m in seen if m.get("method") == "tools/call"]) == 2
-
-
-async def test_a_replay_state_is_honoured_once() -> None:
-    """Issue defect: "In replay mode one state can be presented any number of
-    times, and the tool runs each time." A state is single-use within its
-    lifetime: presented again, even with other answers, it is -32602 and
-    nothing goes upstream."""
-    seen = Recorder()
-    async with gateway(
-        legacy_server({"tools/call": ask_name}, log=seen), replay_tools=("ask_*",)
-    ) as c:
-        first = await start(c, "ask_name")
-        (key,) = first["result"]["inputRequests"]
-        final = await retry(c, first, {key: accept("Ed")}, msg_id=2)
-        assert final["result"]["content"][0]["text"] == "Hello, Ed"
-        runs = len([m for m in seen if m.get("method") == "tools/call"])
-        for msg_id, name in ((3, "Ed"), (4, "Mallory")):
-            again = await retry(c, first, {key: accept(name)}, msg_id=msg_id)
-            assert again["error"]["code"] == wire.INVALID_PARAMS
-            assert "already used" in again["error"]["message"]
-        await c.call("tools/list", {})  # anything sent upstream is in by now
-        assert len([m for m in seen if m.get("method") == "tools/call"]) == runs == 2
-
-
-async def test_a_refused_replay_retry_leaves_the_state_usable() -> None:
-    """A retry refused before it runs (a malformed `inputResponses`) does not
-    spend the state: 2026-07-28 MRTR "Error Handling" lets the client correct it."""
-    async with gateway(legacy_server({"tools/call": ask_name}), replay_tools=("ask_*",)) as c:
-        first = await start(c, "ask_name")
-        (key,) = first["result"]["inputRequests"]
-        bad = await retry(c, first, [], msg_id=2)  # type: ignore[arg-type]
-        assert bad["error"]["code"] == wire.INVALID_PARAMS
-        final = await retry(c, first, {key: accept("Ed")}, msg_id=3)
-    assert final["result"]["content"][0]["text"] == "Hello, Ed"
-
-
-async def test_a_url_required_resend_state_is_honoured_once() -> None:
-    """The -32042 re-send state re-runs the call like a replay state does
-    (issue: "one state can be presented any number of times, and the tool runs
-    each time"): honoured once."""
-    calls = 0
-
-    async def needs_url(server: ScriptedServer, msg: wire.Message) -> wire.Message:
-        nonlocal calls
-        calls += 1
-        elicitation = {"mode": "url", "elicitationId": "e", "url": "https://x/a", "message": "m"}
-        return wire.error_response(
-            0, wire.URL_ELICITATION_REQUIRED, "auth", {"elicitations": [elicitation]}
-        )
-
-    async with gateway(legacy_server({"tools/call": needs_url})) as c:
-        first = await start(c, "needs_url")
-        accepted = {"url-1": {"action": "accept"}}
-        again = await retry(c, first, accepted, msg_id=2, name="needs_url")
-        assert again["result"]["resultType"] == "input_required"
-        replayed = await retry(c, first, accepted, msg_id=3, name="needs_url")
-        assert "already used" in replayed["error"]["message"]
-    assert calls == 2
 
 
 async def test_many_clients_each_get_their_own_answer() -> None:

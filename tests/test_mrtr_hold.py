@@ -28,7 +28,9 @@ from gateway.core.mrtr_hold_events import (
     RefuseServerAsks,
     ReleaseSession,
     ReplyToClient,
+    RerunCall,
     RetryArrived,
+    RetryPresented,
     ServerAsked,
     ServerCancelledAsk,
     SessionAcquired,
@@ -434,9 +436,15 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
     assert not t.calls
 
 
-def running(t: HoldTable, client_id: int = 1, caps: dict[str, Any] | None = None) -> Playbook:
+def running(
+    t: HoldTable,
+    client_id: int = 1,
+    caps: dict[str, Any] | None = None,
+    call: core.HeldCall | None = None,
+) -> Playbook:
     """A call that holds the session and runs upstream; its client waits."""
-    playbook = Playbook(t) >> CallArrived(1, client_id, held(caps=caps), 0.0)
+    call = held(caps=caps) if call is None else call
+    playbook = Playbook(t) >> CallArrived(1, client_id, call, 0.0)
     playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, client_id)
     playbook >> SessionAcquired(1, client_id, 2.0) << CancelTimer(SessionDue(1))
     playbook << StartUpstream(1)
@@ -763,6 +771,181 @@ def test_log_lines_of_a_hold_round() -> None:
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 20.0 + TTL)
         << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("action")))
+    )
+
+
+# -- which retries get through (core/mrtr_retry_door.py) ---------------------------
+
+
+def presented(
+    client_id: int,
+    state: object,
+    responses: object,
+    principal: str = "p",
+    digest: str = "d",
+) -> RetryPresented:
+    """A retry as the client sent it; `state` may be a Placeholder (read when run)."""
+    token = later(state) if isinstance(state, Placeholder) else state
+    return RetryPresented(
+        client_id, principal, "tools/call", digest, token, responses, 20.0, NOW_MS
+    )
+
+
+def tampered(token: str) -> str:
+    return token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+
+
+def test_forged_states_are_rejected_and_leave_the_call_parked() -> None:
+    """2026-07-28 MRTR "Error Handling": a requestState that does not verify,
+    comes from another gateway instance or principal, is not a string, or is
+    presented with other params is -32602 with a clear reason, nothing reaches
+    the server, and the parked call still takes a correct retry (moved from
+    test_mrtr_bridge.py::test_bad_retries_are_rejected_and_leave_the_call_intact and
+    ::test_state_of_another_principal_is_rejected, which stay end to end for
+    the wiring)."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    other = Sealer(b"s" * 32, "gw-2").seal(Claims("gw-2", "p", "tools/call", "d", 1, 2**62))
+    answer = {"input-1": accept("x")}
+    cases: list[tuple[RetryPresented, str]] = [
+        (presented(10, later(lambda: tampered(state())), answer), "verification"),
+        (presented(11, other, answer), "another gateway instance"),
+        (presented(12, 42, answer), "must be a string"),
+        (presented(13, state, answer, digest="other"), "other params"),
+        (presented(14, state, answer, principal="mallory"), "another principal"),
+    ]
+    for event, why in cases:
+        (
+            playbook
+            >> event
+            << ReplyToClient(
+                wire.error_response(event.client_id, wire.INVALID_PARAMS, matching(why))
+            )
+        )
+    assert playbook
+    assert t.parked == {"h": 1}
+    assert (
+        playbook
+        >> presented(20, state, {"input-1": accept("Di")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 20)
+    )
+
+
+def replay_asked(t: HoldTable) -> tuple[Playbook, Placeholder[str], str]:
+    """A replay-mode call that asked for a name: its run closed, its state out."""
+    state = Placeholder(str)
+    key = core.replay_key("elicitation/create", ELICIT)
+    playbook = running(t, call=held(replay=True))
+    assert (
+        playbook
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << RefuseServerAsks(1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("")),))
+        << StartTimer(WindDown(1), 10.0 + WIND)
+        << ReplyToClient(
+            input_required(
+                1, {key: {"method": "elicitation/create", "params": ELICIT}}, state.match
+            )
+        )
+    )
+    return playbook, state, key
+
+
+def test_a_replay_state_is_honoured_once() -> None:
+    """Issue defect: "In replay mode one state can be presented any number of
+    times, and the tool runs each time." A state is single-use within its
+    lifetime: presented again, even with other answers, it is -32602 and
+    nothing is re-run (moved from
+    test_mrtr_bridge.py::test_a_replay_state_is_honoured_once)."""
+    t = table()
+    playbook, state, key = replay_asked(t)
+    assert (
+        playbook
+        >> presented(2, state, {key: accept("Ed")})
+        << RerunCall(2, {key: accept("Ed")}, 1)
+        >> presented(3, state, {key: accept("Ed")})
+        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("already used")))
+        >> presented(4, state, {key: accept("Mallory")})
+        << ReplyToClient(wire.error_response(4, wire.INVALID_PARAMS, matching("already used")))
+    )
+
+
+def test_a_refused_replay_retry_leaves_the_state_usable() -> None:
+    """A retry refused before it runs (a malformed `inputResponses`) does not
+    spend the state: 2026-07-28 MRTR "Error Handling" lets the client correct it
+    (moved from test_mrtr_bridge.py::test_a_refused_replay_retry_leaves_the_state_usable)."""
+    t = table()
+    playbook, state, key = replay_asked(t)
+    assert (
+        playbook
+        >> presented(2, state, [])
+        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("object")))
+        >> presented(3, state, {key: accept("Ed")})
+        << RerunCall(3, {key: accept("Ed")}, 1)
+    )
+
+
+def test_rerun_states_in_use_are_bounded() -> None:
+    """Honoured re-run states are remembered until they expire, and at the
+    limit a new one is refused (a clear replay-limit error) rather than an old
+    one forgotten, which would let that state run twice."""
+    t = table(rerun_states=1)
+    playbook, state, key = replay_asked(t)
+    assert (
+        playbook >> presented(2, state, {key: accept("Ed")}) << RerunCall(2, {key: accept("Ed")}, 1)
+    )
+    # Another call's replay state, still unexpired, while the first is remembered.
+    other = SEALER.seal(Claims("gw", "p", "tools/call", "d", 1, NOW_MS + 60_000, nonce="n-2"))
+    assert (
+        playbook
+        >> presented(3, other, {key: accept("Al")})
+        << ReplyToClient(
+            wire.gateway_error(3, wire.INTERNAL_ERROR, matching("re-run"), reason="replay-limit")
+        )
+    )
+
+
+def test_a_url_required_resend_state_is_honoured_once_and_only_when_accepted() -> None:
+    """2025-11-25's -32042 becomes URL elicitations whose state re-sends the
+    call (DESIGN §5.1.6): a declined link ends the call (elicitation-declined,
+    nothing re-sent), an accepted one re-sends it once, and the state is then
+    spent like a replay state (issue: "one state can be presented any number
+    of times, and the tool runs each time"). Moved from
+    test_mrtr_bridge.py::test_a_url_required_resend_state_is_honoured_once."""
+    t = table()
+    state = Placeholder(str)
+    link = {"mode": "url", "elicitationId": "e", "url": "https://x/a", "message": "m"}
+    needs_url = wire.error_response(
+        0, wire.URL_ELICITATION_REQUIRED, "auth", {"elicitations": [link]}
+    )
+    url_params = {"mode": "url", "url": "https://x/a", "message": "m"}
+    accepted = {"url-1": {"action": "accept"}}
+    assert (
+        running(t)
+        >> UpstreamEnded(1, needs_url)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << ReplyToClient(
+            input_required(
+                1, {"url-1": {"method": "elicitation/create", "params": url_params}}, state.match
+            )
+        )
+        >> presented(2, state, {"url-1": {"action": "decline"}})
+        << ReplyToClient(
+            wire.gateway_error(
+                2, wire.INTERNAL_ERROR, matching("chose decline"), reason="elicitation-declined"
+            )
+        )
+        >> presented(3, state, accepted)
+        << RerunCall(3, None, 0)
+        >> presented(4, state, accepted)
+        << ReplyToClient(wire.error_response(4, wire.INVALID_PARAMS, matching("already used")))
     )
 
 
