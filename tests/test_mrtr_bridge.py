@@ -3,7 +3,6 @@ DESIGN §5.1.6-5.1.8, §5.2.5)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import anyio
@@ -11,7 +10,7 @@ import pytest
 
 from gateway import era, wire
 from gateway.client_link import ClientLink
-from gateway.core.mrtr_hold_events import Expiry, OutcomeDue
+from gateway.core.mrtr_hold_events import Expiry, OutcomeDue, WindDown
 from gateway.core.request_state import Claims, Sealer
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
@@ -174,21 +173,15 @@ async def test_concurrent_server_requests_go_out_in_one_input_required() -> None
     assert final["result"]["content"][0]["text"] == "Bo / sampled"
 
 
-async def test_several_rounds_missing_and_extra_responses() -> None:
-    async with gateway(legacy_server({"tools/call": two_rounds})) as c:
-        first = await start(c, "two_rounds")
-        # Nothing answered (only an extra key): the same question comes back.
-        again = await retry(c, first, {"bogus": {"x": 1}}, msg_id=2, name="two_rounds")
-        assert list(again["result"]["inputRequests"]) == ["input-1"]
-        second = await retry(c, again, {"input-1": accept("Cy")}, msg_id=3, name="two_rounds")
-        assert [r["method"] for r in second["result"]["inputRequests"].values()] == ["roots/list"]
-        final = await retry(
-            c, second, {"input-2": {"roots": [{"uri": "file:///w"}]}}, msg_id=4, name="two_rounds"
-        )
-    assert final["result"]["content"][0]["text"] == "Cy @ file:///w"
-
-
 async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
+    """2026-07-28 MRTR "Error Handling": a requestState that does not verify,
+    comes from another gateway instance, is not a string, or is presented with
+    other params is -32602, nothing reaches the server, and the parked call
+    still takes a correct retry. The decisions are playbooks in
+    test_mrtr_hold.py (test_forged_states_are_rejected_and_leave_the_call_parked,
+    test_bad_retries_are_rejected_and_leave_the_call_parked,
+    test_a_state_already_used_is_rejected, test_a_parked_call_is_continued_by_its_retry);
+    this is the wiring: the state and params as the client sent them."""
     seen = Recorder()
     async with gateway(
         legacy_server({"tools/call": ask_name}, log=seen), state_key="k" * 32, instance_id="gw-1"
@@ -201,12 +194,10 @@ async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
         cases = [
             (tampered, {"input-1": accept("x")}, "verification"),
             (other, {"input-1": accept("x")}, "another gateway instance"),
-            (state, {"input-1": {"action": "perhaps"}}, "action"),
-            (state, ["not", "an", "object"], "must be an object"),
             (42, {"input-1": accept("x")}, "must be a string"),
         ]
         for n, (bad_state, responses, why) in enumerate(cases, start=10):
-            bad = await retry(c, first, responses, msg_id=n, state=bad_state)  # type: ignore[arg-type]
+            bad = await retry(c, first, responses, msg_id=n, state=bad_state)
             assert bad["error"]["code"] == wire.INVALID_PARAMS, bad
             assert why in bad["error"]["message"]
         # Different params under the same state: another request.
@@ -215,18 +206,16 @@ async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
         assert len(seen) == before  # nothing upstream was touched
         final = await retry(c, first, {"input-1": accept("Di")}, msg_id=30)
         assert final["result"]["content"][0]["text"] == "Hello, Di"
-        replayed = await retry(c, first, {"input-1": accept("Di")}, msg_id=31)
-        assert replayed["error"]["code"] == wire.INVALID_PARAMS
-        assert "gone" in replayed["error"]["message"]
 
 
 async def test_state_of_another_principal_is_rejected() -> None:
+    """A requestState is bound to the principal it was issued to (DESIGN
+    §5.1.6): the wiring of the link's principal into the check (the decision:
+    test_mrtr_hold.py::test_forged_states_are_rejected_and_leave_the_call_parked)."""
     # Sessions are never shared across principals: mallory gets her own.
     async with gateway(legacy_server({"tools/call": ask_name}), max_sessions=2) as c:
         first = await start(c, "ask_name")
-        send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
-        mallory = ClientLink.over_stream(send, principal="mallory")
-        c.service.links.add(mallory)
+        mallory, _ = c.open_link(principal="mallory")
         stolen = await retry(c, first, {"input-1": accept("M")}, msg_id=2, link=mallory)
         assert "another principal" in stolen["error"]["message"]
         final = await retry(c, first, {"input-1": accept("Al")}, msg_id=3)
@@ -264,42 +253,11 @@ async def test_a_parked_call_that_is_never_retried_is_cleaned_up() -> None:
         assert nxt["result"]["resultType"] == "input_required"
 
 
-async def test_expiry_refuses_first_and_cancels_only_a_call_still_running(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A call the server does not end on hearing that no answer will come is
-    still bounded: it is cancelled after WIND_DOWN, the refusal first and
-    nothing for the call after the cancellation (the issue's "100 parked MRTR
-    calls expiring at once" with a real SDK: test_real_peers_mrtr_expiry.py)."""
-    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
-    seen = Recorder()
-
-    async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
-        await server.ask("elicitation/create", ELICIT)  # refused: it carries on
-        await anyio.sleep_forever()
-
-    async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
-        await start(c, "stubborn")
-        (entry,) = c.service.bridge.held.values()
-        c.service.bridge.fire_timer(Expiry(entry.key))  # the state_ttl timer fires
-        with anyio.fail_after(3):
-            await entry.finished.wait()
-        await seen.wait_for("notifications/cancelled")
-        await c.call("tools/list", {})  # one more round trip: anything late is in
-    order = [m.get("method") or m.get("id") for m in seen]
-    assert order.index("srv-1") < order.index("notifications/cancelled")
-    assert order.count("srv-1") == 1
-    assert order[order.index("notifications/cancelled") + 1 :] == ["tools/list"]
-
-
-async def test_a_bridged_call_with_no_outcome_ends_at_request_timeout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_bridged_call_with_no_outcome_ends_at_request_timeout() -> None:
     """request_timeout bounds the wait for a result or an input request (the
     OutcomeDue timer, fired here by the test): the client hears a clear
     upstream-timeout error with its own id, and the call is cancelled upstream
-    once the wind-down has passed."""
-    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
+    once the wind-down has passed (its WindDown timer, fired by the test)."""
     seen = Recorder()
 
     async def silent(server: ScriptedServer, msg: wire.Message) -> None:
@@ -312,6 +270,8 @@ async def test_a_bridged_call_with_no_outcome_ends_at_request_timeout(
         (key,) = c.service.bridge.entries
         c.service.bridge.fire_timer(OutcomeDue(key))
         reply = await c.next()
+        assert not any(m.get("method") == "notifications/cancelled" for m in seen)
+        c.service.bridge.fire_timer(WindDown(key))  # started before the reply went out
         await seen.wait_for("notifications/cancelled")
     assert reply["id"] == 7
     assert reply["error"]["data"]["reason"] == "upstream-timeout"
@@ -374,6 +334,10 @@ async def test_a_retry_that_waited_for_the_session_while_its_call_ended_frees_th
 
 
 async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
+    """2026-07-28 "Cancellation": the client's notifications/cancelled for its
+    retry closes the parked call, and a call still running once the wind-down
+    has passed (its WindDown timer, fired by the test) is cancelled upstream.
+    The decisions: test_mrtr_hold.py::test_a_cancelled_retry_closes_the_call."""
     seen = Recorder()
 
     async def hangs_after_answer(server: ScriptedServer, msg: wire.Message) -> None:
@@ -382,6 +346,7 @@ async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
 
     async with gateway(legacy_server({"tools/call": hangs_after_answer}, log=seen)) as c:
         first = await start(c, "hang")
+        (entry,) = c.service.bridge.held.values()
         params = {
             "name": "hang",
             "arguments": {},
@@ -393,50 +358,55 @@ async def test_cancelling_a_retry_cancels_the_call_upstream() -> None:
         await seen.wait_for("notifications/initialized")
         await seen.wait_until(lambda m: m.get("id") == "srv-1")  # the answer went upstream
         await c.send(wire.notification("notifications/cancelled", {"requestId": 2}))
-        await seen.wait_for("notifications/cancelled")
+        await anyio.wait_all_tasks_blocked()  # the retry's task has ended
         assert not c.service.bridge.held  # closed before the wind-down began
+        assert WindDown(entry.key) in c.service.bridge.runner.timers
+        assert not any(m.get("method") == "notifications/cancelled" for m in seen)
+        c.service.bridge.fire_timer(WindDown(entry.key))
+        await seen.wait_for("notifications/cancelled")
 
 
 async def test_a_call_needing_an_undeclared_capability_gets_32021() -> None:
-    # 2026-07-28 "Per-request protocol fields": a server MUST answer -32021 when
-    # processing needs a capability the client did not declare; the gateway
-    # answers so for the legacy server, whose request is refused. A server that
-    # then ends the call itself is not also sent a cancellation (the issue's
-    # expiry defect: the two together break mcp 1.30).
-    undeclared: list[dict[str, Any]] = [{"sampling": {}}, {}]
-    for caps in undeclared:
-        seen = Recorder()
-        async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
-            reply = await start(c, "ask_name", caps=caps)
-            refused = await seen.wait_until(lambda m: m.get("id") == "srv-1")
-            await c.call("tools/list", {})  # the tool's own end is in by now
-        assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
-        assert reply["error"]["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
-        assert refused["error"]["code"] == wire.METHOD_NOT_FOUND
-        assert not any(m.get("method") == "notifications/cancelled" for m in seen), caps
+    """2026-07-28 "Per-request protocol fields": a server MUST answer -32021 when
+    processing needs a capability the client did not declare; the gateway
+    answers so for the legacy server, whose request is refused. A server that
+    then ends the call itself is not also sent a cancellation (the issue's
+    expiry defect: the two together break mcp 1.30).
+
+    A client that declared no feature at all is not the bridge's (the service
+    answers for it); one that declared some is, and its case is a playbook:
+    test_mrtr_hold.py::test_an_undeclared_capability_is_32021_and_the_call_is_wound_down."""
+    seen = Recorder()
+    async with gateway(legacy_server({"tools/call": ask_name}, log=seen)) as c:
+        reply = await start(c, "ask_name", caps={})
+        refused = await seen.wait_until(lambda m: m.get("id") == "srv-1")
+        await c.call("tools/list", {})  # the tool's own end is in by now
+    assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert reply["error"]["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert refused["error"]["code"] == wire.METHOD_NOT_FOUND
+    assert not any(m.get("method") == "notifications/cancelled" for m in seen)
 
 
 async def test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refusal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The -32021 paths bound the upstream call like an expiry does: refusal
-    first, cancellation once WIND_DOWN has passed."""
-    monkeypatch.setattr("gateway.runtime.held_calls.WIND_DOWN", 0, raising=False)
+    first, cancellation once WIND_DOWN has passed. Here the client that declared
+    no feature (the service's); the bridge's case is a playbook:
+    test_mrtr_hold.py::test_an_undeclared_capability_in_a_call_the_server_keeps_running."""
     monkeypatch.setattr("gateway.runtime.upstream_session.WIND_DOWN", 0, raising=False)
 
     async def stubborn(server: ScriptedServer, msg: wire.Message) -> None:
         await server.ask("elicitation/create", ELICIT)
         await anyio.sleep_forever()
 
-    undeclared: list[dict[str, Any]] = [{"sampling": {}}, {}]
-    for caps in undeclared:
-        seen = Recorder()
-        async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
-            reply = await start(c, "stubborn", caps=caps)
-            await seen.wait_for("notifications/cancelled", timeout=3)
-        assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY, caps
-        order = [m.get("method") or m.get("id") for m in seen]
-        assert order.index("srv-1") < order.index("notifications/cancelled"), caps
+    seen = Recorder()
+    async with gateway(legacy_server({"tools/call": stubborn}, log=seen)) as c:
+        reply = await start(c, "stubborn", caps={})
+        await seen.wait_for("notifications/cancelled", timeout=3)
+    assert reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY
+    order = [m.get("method") or m.get("id") for m in seen]
+    assert order.index("srv-1") < order.index("notifications/cancelled")
 
 
 async def test_static_roots_answer_roots_outside_any_call() -> None:
@@ -496,6 +466,10 @@ async def test_url_elicitation_required_error_becomes_input_required() -> None:
 
 
 async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
+    """DESIGN §5.1.8 end to end: the run is stopped after its input_required and
+    the retry re-runs the call upstream. A state is honoured once, and a
+    refused retry leaves it usable: test_mrtr_hold.py (test_a_replay_state_is_honoured_once,
+    test_a_refused_replay_retry_leaves_the_state_usable)."""
     seen = Recorder()
     async with gateway(
         legacy_server({"tools/call": ask_name}, log=seen), replay_tools=("ask_*",)
@@ -510,72 +484,12 @@ async def test_replay_mode_parks_nothing_and_reruns_the_call() -> None:
     assert len([m for m in seen if m.get("method") == "tools/call"]) == 2
 
 
-async def test_a_replay_state_is_honoured_once() -> None:
-    """Issue defect: "In replay mode one state can be presented any number of
-    times, and the tool runs each time." A state is single-use within its
-    lifetime: presented again, even with other answers, it is -32602 and
-    nothing goes upstream."""
-    seen = Recorder()
-    async with gateway(
-        legacy_server({"tools/call": ask_name}, log=seen), replay_tools=("ask_*",)
-    ) as c:
-        first = await start(c, "ask_name")
-        (key,) = first["result"]["inputRequests"]
-        final = await retry(c, first, {key: accept("Ed")}, msg_id=2)
-        assert final["result"]["content"][0]["text"] == "Hello, Ed"
-        runs = len([m for m in seen if m.get("method") == "tools/call"])
-        for msg_id, name in ((3, "Ed"), (4, "Mallory")):
-            again = await retry(c, first, {key: accept(name)}, msg_id=msg_id)
-            assert again["error"]["code"] == wire.INVALID_PARAMS
-            assert "already used" in again["error"]["message"]
-        await c.call("tools/list", {})  # anything sent upstream is in by now
-        assert len([m for m in seen if m.get("method") == "tools/call"]) == runs == 2
-
-
-async def test_a_refused_replay_retry_leaves_the_state_usable() -> None:
-    """A retry refused before it runs (a malformed `inputResponses`) does not
-    spend the state: 2026-07-28 MRTR "Error Handling" lets the client correct it."""
-    async with gateway(legacy_server({"tools/call": ask_name}), replay_tools=("ask_*",)) as c:
-        first = await start(c, "ask_name")
-        (key,) = first["result"]["inputRequests"]
-        bad = await retry(c, first, [], msg_id=2)  # type: ignore[arg-type]
-        assert bad["error"]["code"] == wire.INVALID_PARAMS
-        final = await retry(c, first, {key: accept("Ed")}, msg_id=3)
-    assert final["result"]["content"][0]["text"] == "Hello, Ed"
-
-
-async def test_a_url_required_resend_state_is_honoured_once() -> None:
-    """The -32042 re-send state re-runs the call like a replay state does
-    (issue: "one state can be presented any number of times, and the tool runs
-    each time"): honoured once."""
-    calls = 0
-
-    async def needs_url(server: ScriptedServer, msg: wire.Message) -> wire.Message:
-        nonlocal calls
-        calls += 1
-        elicitation = {"mode": "url", "elicitationId": "e", "url": "https://x/a", "message": "m"}
-        return wire.error_response(
-            0, wire.URL_ELICITATION_REQUIRED, "auth", {"elicitations": [elicitation]}
-        )
-
-    async with gateway(legacy_server({"tools/call": needs_url})) as c:
-        first = await start(c, "needs_url")
-        accepted = {"url-1": {"action": "accept"}}
-        again = await retry(c, first, accepted, msg_id=2, name="needs_url")
-        assert again["result"]["resultType"] == "input_required"
-        replayed = await retry(c, first, accepted, msg_id=3, name="needs_url")
-        assert "already used" in replayed["error"]["message"]
-    assert calls == 2
-
-
 async def test_many_clients_each_get_their_own_answer() -> None:
     async with gateway(legacy_server({"tools/call": ask_name})) as c:
         results: dict[int, str] = {}
 
         async def client(n: int) -> None:
-            send, _ = anyio.create_memory_object_stream[wire.Message](math.inf)
-            link = ClientLink.over_stream(send)  # one principal: one shared upstream session
-            c.service.links.add(link)
+            link, _ = c.open_link()  # one principal: one shared upstream session
             first = await start(c, "ask_name", msg_id=1, link=link)
             final = await retry(c, first, {"input-1": accept(f"n{n}")}, msg_id=2, link=link)
             results[n] = final["result"]["content"][0]["text"]

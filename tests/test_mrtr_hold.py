@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core.engine import CancelTimer, Log, StartTimer, TimerFired
-from gateway.core.mrtr_hold import HoldSettings, HoldTable
+from gateway.core.mrtr_hold import HoldTable
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
     AnswerServer,
@@ -28,7 +28,9 @@ from gateway.core.mrtr_hold_events import (
     RefuseServerAsks,
     ReleaseSession,
     ReplyToClient,
+    RerunCall,
     RetryArrived,
+    RetryPresented,
     ServerAsked,
     ServerCancelledAsk,
     SessionAcquired,
@@ -41,6 +43,7 @@ from gateway.core.mrtr_hold_events import (
     Wake,
     WindDown,
 )
+from gateway.core.mrtr_parking import HoldSettings
 from gateway.core.request_state import Claims, Sealer
 from tests.playbook import Placeholder, Playbook, later, matching
 
@@ -67,10 +70,10 @@ def table(**settings: Any) -> HoldTable:
 
 
 def held(
-    caps: dict[str, Any] | None = None, rounds: int = 5, replay: bool = False
+    caps: dict[str, Any] | None = None, rounds: int = 5, replay: bool = False, handle: str = "h"
 ) -> core.HeldCall:
     return core.HeldCall(
-        handle=None if replay else "h",
+        handle=None if replay else handle,
         principal="p",
         method="tools/call",
         digest="d",
@@ -129,7 +132,9 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
     """MRTR "Ephemeral Workflow": the input_required answer carries the
     server's request under a gateway key, the retry's answer goes to the
     parked upstream call (never re-sent), and the final reply carries the
-    retry's id."""
+    retry's id. Presented again once the call has answered, the state is
+    -32602 ("gone") and nothing reaches the server (moved from
+    test_mrtr_bridge.py::test_bad_retries_are_rejected_and_leave_the_call_intact)."""
     t = table()
     playbook, state = parked(t, ASK_NAME)
     assert t.parked == {"h": 1}
@@ -153,6 +158,11 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
         << ShapeReply(1, 2, RESULT)
     )
     assert not t.parked and not t.calls and t.rounds == 1
+    assert (
+        playbook
+        >> retry(3, state, {"input-1": accept("Ada")})
+        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("gone")))
+    )
 
 
 def test_requests_sent_together_go_out_in_one_input_required() -> None:
@@ -161,7 +171,10 @@ def test_requests_sent_together_go_out_in_one_input_required() -> None:
 
 def test_missing_answers_are_asked_again_and_rounds_count() -> None:
     """MRTR "Error Handling": what was not answered is asked again; keys
-    that were never asked are ignored."""
+    that were never asked are ignored. Each input_required is a round of its
+    own, a request the server makes after an answer goes out under the next
+    key, and every answer reaches the server as the client gave it (moved from
+    test_mrtr_bridge.py::test_several_rounds_missing_and_extra_responses)."""
     t = table()
     playbook, state = parked(t, ASK_NAME)
     again = Placeholder(str)
@@ -182,6 +195,46 @@ def test_missing_answers_are_asked_again_and_rounds_count() -> None:
         << ReplyToClient(input_required(2, asked(ASK_NAME), again.match))
     )
     assert opened(again).round == 2 and t.rounds == 2
+    third = Placeholder(str)
+    roots = {"roots": [{"uri": "file:///w"}]}
+    assert (
+        playbook
+        >> retry(3, again, {"input-1": accept("Cy")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 3)
+        >> SessionAcquired(1, 3, 31.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Cy")))
+        << StartTimer(OutcomeDue(1), 31.0 + RT)
+        << AwaitOutcome(1, 3)
+        >> ServerAsked(1, ASK_ROOTS, 32.0)
+        << Wake(1)
+        >> gathered(3, now=33.0)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 33.0 + TTL)
+        << ReplyToClient(
+            input_required(3, {"input-2": asked(ASK_NAME, ASK_ROOTS)["input-2"]}, third.match)
+        )
+        >> retry(4, third, {"input-2": roots})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 4)
+        >> SessionAcquired(1, 4, 34.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-2", roots))
+        << StartTimer(OutcomeDue(1), 34.0 + RT)
+        << AwaitOutcome(1, 4)
+        >> UpstreamEnded(1, RESULT)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(4, now=35.0)
+        << CancelTimer(OutcomeDue(1))
+        << CancelTimer(Expiry(1))
+        << ShapeReply(1, 4, RESULT)
+    )
+    assert opened(third).round == 3 and t.rounds == 3 and not t.calls
 
 
 def test_bad_retries_are_rejected_and_leave_the_call_parked() -> None:
@@ -274,7 +327,10 @@ def test_expiry_refuses_the_servers_requests_and_waits_before_cancelling() -> No
 
 def test_a_call_still_running_after_the_wind_down_is_cancelled_and_hears_nothing_more() -> None:
     """The refusal first, the cancellation after WIND_DOWN, and nothing for the
-    call after the cancellation (not even a refusal of a late request)."""
+    call after the cancellation (not even a refusal of a late request): the
+    issue's "100 parked MRTR calls expiring at once" (moved from
+    test_mrtr_bridge.py::test_expiry_refuses_first_and_cancels_only_a_call_still_running;
+    with a real SDK: test_real_peers_mrtr_expiry.py)."""
     t = table()
     playbook, _ = parked(t, ASK_NAME)
     assert (
@@ -341,9 +397,13 @@ def test_a_parked_call_whose_server_died_frees_its_slot_and_its_retry_hears_why(
 
 
 def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
-    """2026-07-28 "Per-request protocol fields": -32021 with requiredCapabilities;
-    the legacy server's request is refused, and a server that ends the call is
-    not also cancelled."""
+    """2026-07-28 "Per-request protocol fields": a server MUST answer -32021
+    when processing needs a capability the client did not declare; the gateway
+    answers so for the legacy server, whose request is refused. A server that
+    then ends the call itself is not also sent a cancellation (the issue's
+    expiry defect: the two together break mcp 1.30). Moved from
+    test_mrtr_bridge.py::test_a_call_needing_an_undeclared_capability_gets_32021
+    (a client that declared some features: the bridge's)."""
     t = table()
     needed: dict[str, Any] = {"requiredCapabilities": {"elicitation": {"form": {}}}}
     assert (
@@ -374,6 +434,168 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
         )
     )
     assert not t.calls
+
+
+def running(
+    t: HoldTable,
+    client_id: int = 1,
+    caps: dict[str, Any] | None = None,
+    call: core.HeldCall | None = None,
+) -> Playbook:
+    """A call that holds the session and runs upstream; its client waits."""
+    call = held(caps=caps) if call is None else call
+    playbook = Playbook(t) >> CallArrived(1, client_id, call, 0.0)
+    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, client_id)
+    playbook >> SessionAcquired(1, client_id, 2.0) << CancelTimer(SessionDue(1))
+    playbook << StartUpstream(1)
+    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, client_id)
+    assert playbook
+    return playbook
+
+
+def test_an_undeclared_capability_in_a_call_the_server_keeps_running() -> None:
+    """2026-07-28 "Per-request protocol fields": -32021 with requiredCapabilities.
+    The -32021 path bounds the upstream call as an expiry does: the server's
+    request is refused first, and a call still running when the wind-down
+    ends is cancelled, after which nothing more is sent for it (moved from
+    test_mrtr_bridge.py::test_a_32021_call_the_server_keeps_running_is_cancelled_after_the_refusal;
+    the client that declared no feature at all is the service's and stays there)."""
+    t = table()
+    needed: dict[str, Any] = {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert (
+        running(t, 7, caps={"sampling": {}})
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << AnswerServer(
+            1, wire.error_response("srv-1", wire.METHOD_NOT_FOUND, matching("elicitation"))
+        )
+        << StartTimer(WindDown(1), 5.0 + WIND)
+        >> TimerFired(WindDown(1), 6.0)
+        << CancelUpstream(1)
+        >> ServerAsked(1, ASK_ROOTS, 6.5)  # nothing for the call after its cancellation
+        >> UpstreamEnded(1, None)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(7)
+        << CancelTimer(OutcomeDue(1))
+        << ReplyToClient(
+            wire.error_response(
+                7, wire.MISSING_REQUIRED_CLIENT_CAPABILITY, matching("capability"), needed
+            )
+        )
+    )
+    assert not t.calls
+
+
+def test_a_request_the_server_cancels_is_not_put_to_the_client() -> None:
+    """2026-07-28 "Cancellation": a request the server cancelled is dropped
+    from the input_required; with none left, the client is not answered with
+    an empty one, and its request waits for the call."""
+    t = table()
+    playbook = running(t)
+    assert (
+        playbook
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> ServerAsked(1, ASK_ROOTS, 5.0)
+        << Wake(1)
+        >> ServerCancelledAsk(1, "srv-1")
+        >> ServerCancelledAsk(1, "srv-9")  # not one of its requests: nothing changes
+    )
+    assert t.book.pending_asks(1) == 1 and t.book.ready(1)
+    assert (
+        playbook
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << ReleaseSession(1)
+        << StartTimer(Expiry(1), 10.0 + TTL)
+        << ReplyToClient(
+            input_required(1, {"input-2": asked(ASK_NAME, ASK_ROOTS)["input-2"]}, matching(""))
+        )
+    )
+    t = table()
+    assert running(t) >> ServerAsked(1, ASK_NAME, 5.0) << Wake(1) >> ServerCancelledAsk(1, "srv-1")
+    assert not t.book.ready(1) and t.book.pending_asks(1) == 0
+
+
+def test_a_client_gone_while_waiting_for_the_session_leaves_nothing() -> None:
+    """2026-07-28 "Cancellation": a call whose client went away before it took
+    the session never runs."""
+    t = table()
+    assert (
+        Playbook(t)
+        >> CallArrived(1, 1, held(), 0.0)
+        << StartTimer(SessionDue(1), 0.0 + RT)
+        << AcquireSession(1, 1)
+        >> ClientGone(1, "cancelled by the client", 1.0)
+        << CancelTimer(SessionDue(1))
+        >> TimerFired(SessionDue(1), 30.0)  # already cancelled: nothing to give up
+    )
+    assert not t.calls and not t.parked
+
+
+def test_a_client_gone_during_its_call_closes_it() -> None:
+    """2026-07-28 "Cancellation": the call's work stops. Its server's pending
+    request is refused first, the call is cancelled only if it still runs after
+    the wind-down, and nothing is parked for a retry."""
+    t = table()
+    refusal = wire.error_response(
+        "srv-1", wire.INTERNAL_ERROR, "No client answer: cancelled by the client"
+    )
+    assert (
+        running(t)
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> ClientGone(1, "cancelled by the client", 6.0)
+        << CancelTimer(OutcomeDue(1))
+        << RefuseServerAsks(1, (refusal,))
+        << StartTimer(WindDown(1), 6.0 + WIND)
+        >> UpstreamEnded(1, RESULT)  # the refusal ended it: no cancellation
+        << ReleaseSession(1)
+        << Wake(1)
+        << CancelTimer(WindDown(1))
+    )
+    assert not t.calls and not t.parked
+
+
+def test_an_expiry_that_fires_as_the_retry_arrives_changes_nothing() -> None:
+    """A state_ttl timer already firing when the retry cancelled it does not
+    close the call the retry continues."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> retry(2, state, {"input-1": accept("Ada")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 2)
+        >> TimerFired(Expiry(1), 70.0)
+        >> SessionAcquired(1, 2, 71.0)
+        << CancelTimer(SessionDue(1))
+        << AnswerServer(1, wire.result_response("srv-1", accept("Ada")))
+        << StartTimer(OutcomeDue(1), 71.0 + RT)
+        << AwaitOutcome(1, 2)
+    )
+
+
+def test_an_expired_call_frees_its_parked_slot() -> None:
+    """max_parked_calls counts the calls a retry can still continue: once one
+    expires, a new call is taken."""
+    t = table(max_parked_calls=1)
+    playbook, _ = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> CallArrived(2, 9, held(), 1.0)
+        << ReplyToClient(
+            wire.gateway_error(9, wire.INTERNAL_ERROR, matching("limit 1"), reason="parked-limit")
+        )
+        >> TimerFired(Expiry(1), 70.0)
+        << CancelTimer(Expiry(1))
+        << RefuseServerAsks(1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("")),))
+        << StartTimer(WindDown(1), 70.0 + WIND)
+        >> CallArrived(2, 10, held(handle="h2"), 71.0)
+        << StartTimer(SessionDue(2), 71.0 + RT)
+        << AcquireSession(2, 10)
+    )
 
 
 def test_limits_parked_calls_rounds_and_asks() -> None:
@@ -552,6 +774,181 @@ def test_log_lines_of_a_hold_round() -> None:
     )
 
 
+# -- which retries get through (core/mrtr_retry_door.py) ---------------------------
+
+
+def presented(
+    client_id: int,
+    state: object,
+    responses: object,
+    principal: str = "p",
+    digest: str = "d",
+) -> RetryPresented:
+    """A retry as the client sent it; `state` may be a Placeholder (read when run)."""
+    token = later(state) if isinstance(state, Placeholder) else state
+    return RetryPresented(
+        client_id, principal, "tools/call", digest, token, responses, 20.0, NOW_MS
+    )
+
+
+def tampered(token: str) -> str:
+    return token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+
+
+def test_forged_states_are_rejected_and_leave_the_call_parked() -> None:
+    """2026-07-28 MRTR "Error Handling": a requestState that does not verify,
+    comes from another gateway instance or principal, is not a string, or is
+    presented with other params is -32602 with a clear reason, nothing reaches
+    the server, and the parked call still takes a correct retry (moved from
+    test_mrtr_bridge.py::test_bad_retries_are_rejected_and_leave_the_call_intact and
+    ::test_state_of_another_principal_is_rejected, which stay end to end for
+    the wiring)."""
+    t = table()
+    playbook, state = parked(t, ASK_NAME)
+    other = Sealer(b"s" * 32, "gw-2").seal(Claims("gw-2", "p", "tools/call", "d", 1, 2**62))
+    answer = {"input-1": accept("x")}
+    cases: list[tuple[RetryPresented, str]] = [
+        (presented(10, later(lambda: tampered(state())), answer), "verification"),
+        (presented(11, other, answer), "another gateway instance"),
+        (presented(12, 42, answer), "must be a string"),
+        (presented(13, state, answer, digest="other"), "other params"),
+        (presented(14, state, answer, principal="mallory"), "another principal"),
+    ]
+    for event, why in cases:
+        (
+            playbook
+            >> event
+            << ReplyToClient(
+                wire.error_response(event.client_id, wire.INVALID_PARAMS, matching(why))
+            )
+        )
+    assert playbook
+    assert t.parked == {"h": 1}
+    assert (
+        playbook
+        >> presented(20, state, {"input-1": accept("Di")})
+        << CancelTimer(Expiry(1))
+        << StartTimer(SessionDue(1), 20.0 + RT)
+        << AcquireSession(1, 20)
+    )
+
+
+def replay_asked(t: HoldTable) -> tuple[Playbook, Placeholder[str], str]:
+    """A replay-mode call that asked for a name: its run closed, its state out."""
+    state = Placeholder(str)
+    key = core.replay_key("elicitation/create", ELICIT)
+    playbook = running(t, call=held(replay=True))
+    assert (
+        playbook
+        >> ServerAsked(1, ASK_NAME, 5.0)
+        << Wake(1)
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << RefuseServerAsks(1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("")),))
+        << StartTimer(WindDown(1), 10.0 + WIND)
+        << ReplyToClient(
+            input_required(
+                1, {key: {"method": "elicitation/create", "params": ELICIT}}, state.match
+            )
+        )
+    )
+    return playbook, state, key
+
+
+def test_a_replay_state_is_honoured_once() -> None:
+    """Issue defect: "In replay mode one state can be presented any number of
+    times, and the tool runs each time." A state is single-use within its
+    lifetime: presented again, even with other answers, it is -32602 and
+    nothing is re-run (moved from
+    test_mrtr_bridge.py::test_a_replay_state_is_honoured_once)."""
+    t = table()
+    playbook, state, key = replay_asked(t)
+    assert (
+        playbook
+        >> presented(2, state, {key: accept("Ed")})
+        << RerunCall(2, {key: accept("Ed")}, 1)
+        >> presented(3, state, {key: accept("Ed")})
+        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("already used")))
+        >> presented(4, state, {key: accept("Mallory")})
+        << ReplyToClient(wire.error_response(4, wire.INVALID_PARAMS, matching("already used")))
+    )
+
+
+def test_a_refused_replay_retry_leaves_the_state_usable() -> None:
+    """A retry refused before it runs (a malformed `inputResponses`) does not
+    spend the state: 2026-07-28 MRTR "Error Handling" lets the client correct it
+    (moved from test_mrtr_bridge.py::test_a_refused_replay_retry_leaves_the_state_usable)."""
+    t = table()
+    playbook, state, key = replay_asked(t)
+    assert (
+        playbook
+        >> presented(2, state, [])
+        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("object")))
+        >> presented(3, state, {key: accept("Ed")})
+        << RerunCall(3, {key: accept("Ed")}, 1)
+    )
+
+
+def test_rerun_states_in_use_are_bounded() -> None:
+    """Honoured re-run states are remembered until they expire, and at the
+    limit a new one is refused (a clear replay-limit error) rather than an old
+    one forgotten, which would let that state run twice."""
+    t = table(rerun_states=1)
+    playbook, state, key = replay_asked(t)
+    assert (
+        playbook >> presented(2, state, {key: accept("Ed")}) << RerunCall(2, {key: accept("Ed")}, 1)
+    )
+    # Another call's replay state, still unexpired, while the first is remembered.
+    other = SEALER.seal(Claims("gw", "p", "tools/call", "d", 1, NOW_MS + 60_000, nonce="n-2"))
+    assert (
+        playbook
+        >> presented(3, other, {key: accept("Al")})
+        << ReplyToClient(
+            wire.gateway_error(3, wire.INTERNAL_ERROR, matching("re-run"), reason="replay-limit")
+        )
+    )
+
+
+def test_a_url_required_resend_state_is_honoured_once_and_only_when_accepted() -> None:
+    """2025-11-25's -32042 becomes URL elicitations whose state re-sends the
+    call (DESIGN §5.1.6): a declined link ends the call (elicitation-declined,
+    nothing re-sent), an accepted one re-sends it once, and the state is then
+    spent like a replay state (issue: "one state can be presented any number
+    of times, and the tool runs each time"). Moved from
+    test_mrtr_bridge.py::test_a_url_required_resend_state_is_honoured_once."""
+    t = table()
+    state = Placeholder(str)
+    link = {"mode": "url", "elicitationId": "e", "url": "https://x/a", "message": "m"}
+    needs_url = wire.error_response(
+        0, wire.URL_ELICITATION_REQUIRED, "auth", {"elicitations": [link]}
+    )
+    url_params = {"mode": "url", "url": "https://x/a", "message": "m"}
+    accepted = {"url-1": {"action": "accept"}}
+    assert (
+        running(t)
+        >> UpstreamEnded(1, needs_url)
+        << ReleaseSession(1)
+        << Wake(1)
+        >> gathered(1)
+        << CancelTimer(OutcomeDue(1))
+        << ReplyToClient(
+            input_required(
+                1, {"url-1": {"method": "elicitation/create", "params": url_params}}, state.match
+            )
+        )
+        >> presented(2, state, {"url-1": {"action": "decline"}})
+        << ReplyToClient(
+            wire.gateway_error(
+                2, wire.INTERNAL_ERROR, matching("chose decline"), reason="elicitation-declined"
+            )
+        )
+        >> presented(3, state, accepted)
+        << RerunCall(3, None, 0)
+        >> presented(4, state, accepted)
+        << ReplyToClient(wire.error_response(4, wire.INVALID_PARAMS, matching("already used")))
+    )
+
+
 # -- any order of events ------------------------------------------------------------
 
 
@@ -626,8 +1023,8 @@ class Driver:
         if self.acquiring is not None:
             choices += ["acquired", "gone"] + (["busy"] if self.gave_up else [])
         if self.awaiting is not None:
-            choices += ["gone"] + (["gathered"] if self.t.ready(1) else [])
-            choices += ["timed_out"] if self.t.overdue(1) else []
+            choices += ["gone"] + (["gathered"] if self.t.book.ready(1) else [])
+            choices += ["timed_out"] if self.t.book.overdue(1) else []
         if self.running:
             choices += ["server_cancel", "ends"]
             # The server's requests reach the call only while it holds the session.

@@ -8,22 +8,23 @@ client's retry brings the answers, or until its state expires (a timer) and
 the call is closed: its pending requests refused, and the call cancelled
 upstream if the server does not end it within the wind-down.
 
-`HoldTable` owns every call's state as plain data (rounds and asks in
-`HeldCall`, parked / busy / closed / missing / finished here) and answers
-each event with the commands to carry out, in order. The runtime
-(runtime/held_calls.py) does the waiting: for the session, for the call's
-next input requests or end, and for timers. Replay mode and the -32042
-re-send use it too: their calls are closed instead of parked.
+`HoldTable` answers each event with the commands to carry out, in order:
+the call's way through the session, the server's requests, the answer to the
+waiting client and the retry. Each call's state is plain data: rounds and
+asks in `HeldCall`, the rest in `mrtr_parking.Hold`; parking, expiry and
+closing are `mrtr_parking.CallBook`'s, and which retries get through (the
+requestState opened, re-run states spent once) `mrtr_retry_door`'s. The
+runtime (runtime/held_calls.py, held_call_runner.py) does the waiting: for
+the session, the call's next input requests or end, and timers. Replay mode
+and the -32042 re-send use it too: their calls are closed instead of parked.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
-
 from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
+from gateway.core import mrtr_retry_door
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
@@ -31,16 +32,15 @@ from gateway.core.mrtr_hold_events import (
     AwaitOutcome,
     CallArrived,
     CallKey,
-    CancelUpstream,
     ClientGone,
     Expiry,
     GiveUpSession,
     InputGathered,
     OutcomeDue,
-    RefuseServerAsks,
     ReleaseSession,
     ReplyToClient,
     RetryArrived,
+    RetryPresented,
     ServerAsked,
     ServerCancelledAsk,
     SessionAcquired,
@@ -53,42 +53,8 @@ from gateway.core.mrtr_hold_events import (
     Wake,
     WindDown,
 )
-from gateway.core.request_state import Claims, Sealer, StateRejected
-
-
-@dataclass(frozen=True, slots=True)
-class HoldSettings:
-    state_ttl: float
-    max_parked_calls: int
-    request_timeout: float
-    # How long a closed call's server may take to end it by itself before it
-    # is cancelled (see upstream_session.WIND_DOWN).
-    wind_down: float
-    # Server requests one bridged call may have waiting for its client at once.
-    max_asks: int = 64
-
-
-# -- the machine ----------------------------------------------------------------
-
-
-@dataclass(eq=False, slots=True)
-class Hold:
-    """One bridged call's state."""
-
-    key: CallKey
-    call: core.HeldCall
-    started: bool = False  # the upstream call runs (or ran)
-    waiting: bool = False  # a client request waits for its outcome
-    busy: bool = False  # a retry is in progress
-    closed: bool = False
-    finished: bool = False  # the upstream call returned
-    cancel_sent: bool = False
-    wind_down: bool = False  # the WindDown timer runs
-    overdue: bool = False  # the waiting client request's OutcomeDue timer fired
-    acquiring: bool = False  # waiting for the session (its SessionDue timer runs)
-    missing: core.MissingCapability | None = None
-    reply: wire.Message | None = None
-    retry: tuple[Claims, object] | None = None
+from gateway.core.mrtr_parking import CallBook, Hold, HoldSettings
+from gateway.core.request_state import ConsumedStates, Sealer, StateRejected
 
 
 class HoldTable:
@@ -97,32 +63,18 @@ class HoldTable:
     def __init__(self, settings: HoldSettings, sealer: Sealer) -> None:
         self.settings = settings
         self.sealer = sealer
-        self.calls: dict[CallKey, Hold] = {}
-        # Parked calls by handle: the ones a retry can continue.
-        self.parked: dict[str, CallKey] = {}
-        # Parked calls whose upstream failed: their slot is free, and their
-        # retry gets this failure (oldest dropped first).
-        self.failed: OrderedDict[str, wire.Message] = OrderedDict()
+        self.book = CallBook(settings)
+        self.spent = ConsumedStates(settings.rerun_states)  # re-run states honoured
         self.rounds = 0  # input_required answers given
 
-    # -- queries for the runtime's waits ---------------------------------------
-    def ready(self, key: CallKey) -> bool:
-        """The call ended or has input requests for its client."""
-        hold = self.calls.get(key)
-        return hold is None or hold.finished or bool(hold.call.asks)
+    @property
+    def calls(self) -> dict[CallKey, Hold]:
+        return self.book.calls
 
-    def pending_asks(self, key: CallKey) -> int:
-        hold = self.calls.get(key)
-        return len(hold.call.asks) if hold is not None else 0
-
-    def overdue(self, key: CallKey) -> bool:
-        """The waiting client request has waited request_timeout."""
-        hold = self.calls.get(key)
-        return hold is not None and hold.overdue
-
-    def finished(self, key: CallKey) -> bool:
-        hold = self.calls.get(key)
-        return hold is None or hold.finished
+    @property
+    def parked(self) -> dict[str, CallKey]:
+        """Parked calls by handle: the ones a retry can continue."""
+        return self.book.parked
 
     # -- events -----------------------------------------------------------------
     def handle(self, event: Event) -> list[Command]:
@@ -131,6 +83,9 @@ class HoldTable:
             return self._timer_fired(event)
         if isinstance(event, CallArrived):
             return self._call_arrived(event)
+        if isinstance(event, RetryPresented):
+            admitted = mrtr_retry_door.admit(event, self.sealer, self.spent)
+            return self._retry_arrived(admitted) if isinstance(admitted, RetryArrived) else admitted
         if isinstance(event, RetryArrived):
             return self._retry_arrived(event)
         hold = self._hold_of(event)
@@ -200,7 +155,7 @@ class HoldTable:
         if not hold.started:
             del self.calls[hold.key]
             return [ReplyToClient(replies.session_busy(event.client_id, retrying=False))]
-        cmds = self._park(hold, event.now)
+        cmds = self.book.park(hold, event.now)
         hold.busy = False
         hold.retry = None
         return [*cmds, ReplyToClient(replies.session_busy(event.client_id, retrying=True))]
@@ -229,48 +184,34 @@ class HoldTable:
             # would have answered -32021, so the client hears that, and the
             # legacy server's call is cancelled.
             hold.missing = outcome
-            refusal = wire.error_response(msg["id"], wire.METHOD_NOT_FOUND, outcome.reason)
             return [
                 Log("call needs an undeclared client capability", fields={"why": outcome.reason}),
-                AnswerServer(hold.key, refusal),
-                *self._start_wind_down(hold, event.now),
+                AnswerServer(hold.key, replies.undeclared(msg["id"], outcome.reason)),
+                *self.book.start_wind_down(hold, event.now),
             ]
         if isinstance(outcome, str):
-            refusal = wire.error_response(
-                msg["id"], wire.METHOD_NOT_FOUND, f"{msg['method']} refused: {outcome}"
-            )
+            why = {"method": msg["method"], "why": outcome}
             return [
-                Log(
-                    "server request the client cannot take refused",
-                    fields={"method": msg["method"], "why": outcome},
-                ),
-                AnswerServer(hold.key, refusal),
+                Log("server request the client cannot take refused", fields=why),
+                AnswerServer(hold.key, replies.cannot_take(msg, outcome)),
             ]
         return [Wake(hold.key)]
 
     def _upstream_ended(self, hold: Hold, event: UpstreamEnded) -> list[Command]:
         hold.reply = event.reply
-        handle = hold.call.handle
         cmds: list[Command] = []
-        if event.failed and event.reply is not None and handle is not None and self._parked(hold):
-            # Nobody waits on it and it cannot be continued: free its slot now,
-            # not when its state expires; its retry still hears why.
-            self.failed[handle] = event.reply
-            while len(self.failed) > self.settings.max_parked_calls:  # bounded like the slots
-                self.failed.popitem(last=False)
-            cmds += self._forget(hold)
+        if event.failed and event.reply is not None and self.book.is_parked(hold):
+            cmds += self.book.fail_parked(hold, event.reply)
         hold.finished = True
-        cmds += [ReleaseSession(hold.key), Wake(hold.key)]
-        if hold.wind_down:
-            hold.wind_down = False
-            cmds.append(CancelTimer(WindDown(hold.key)))
+        cmds += [ReleaseSession(hold.key), Wake(hold.key), *self.book.stop_wind_down(hold)]
         if hold.cancel_sent:
             # The server was told to cancel the call: a reply to one of its
-            # requests now could meet the request being torn down (see _close).
+            # requests now could meet the request being torn down (see
+            # CallBook.close).
             hold.call.asks.clear()
         else:
-            cmds += self._refuse_asks(hold, "the call it belonged to has ended")
-        self._settle(hold)
+            cmds += self.book.refuse_asks(hold, "the call it belonged to has ended")
+        self.book.settle(hold)
         return cmds
 
     # -- answering the waiting client -----------------------------------------
@@ -278,8 +219,8 @@ class HoldTable:
         stopped = self._stop_waiting(hold)
         hold.busy = False
         if hold.finished:
-            cmds = self._forget(hold)
-            self._settle(hold)
+            cmds = self.book.forget(hold)
+            self.book.settle(hold)
             return [*stopped, *cmds, self._final(hold, event)]
         try:
             result = hold.call.input_required(
@@ -290,13 +231,13 @@ class HoldTable:
             )
         except core.TooManyRounds as exc:
             error = replies.too_many_rounds(event.client_id, str(exc))
-            return [*stopped, *self._close(hold, str(exc), event.now), ReplyToClient(error)]
+            return [*stopped, *self.book.close(hold, str(exc), event.now), ReplyToClient(error)]
         self.rounds += 1
         if hold.call.replay:
             # Replay mode keeps nothing: stop the run; the retry starts it afresh.
-            cmds = self._close(hold, "replay mode: re-run on retry", event.now)
+            cmds = self.book.close(hold, "replay mode: re-run on retry", event.now)
         else:
-            cmds = self._park(hold, event.now)
+            cmds = self.book.park(hold, event.now)
         fields = {
             "keys": list(result["inputRequests"]),
             "round": hold.call.round,
@@ -331,11 +272,10 @@ class HoldTable:
         return ShapeReply(hold.key, client_id, hold.reply)
 
     def _wait_timed_out(self, hold: Hold, event: WaitTimedOut) -> list[Command]:
-        stopped = self._stop_waiting(hold)
-        cmds = self._close(hold, "no result and no input request within request_timeout", event.now)
-        cmds = [*stopped, *cmds]
+        why = "no result and no input request within request_timeout"
+        cmds = [*self._stop_waiting(hold), *self.book.close(hold, why, event.now)]
         hold.busy = False
-        self._settle(hold)
+        self.book.settle(hold)
         error = replies.upstream_timeout(event.client_id, self.settings.request_timeout)
         return [*cmds, ReplyToClient(error)]
 
@@ -349,11 +289,11 @@ class HoldTable:
         cmds = [
             *self._stop_acquiring(hold),
             *self._stop_waiting(hold),
-            *self._close(hold, event.reason, event.now),
+            *self.book.close(hold, event.reason, event.now),
         ]
         hold.busy = False
         hold.retry = None
-        self._settle(hold)
+        self.book.settle(hold)
         return cmds
 
     # -- the client's retry ------------------------------------------------------
@@ -362,18 +302,13 @@ class HoldTable:
         assert handle is not None, "replay and re-send states run a new call"
         key = self.parked.get(handle)
         hold = self.calls.get(key) if key is not None else None
-        failed = self.failed.pop(handle, None) if hold is None else None
+        failed = self.book.failed.pop(handle, None) if hold is None else None
         if failed is not None:
             return [ReplyToClient({**failed, "id": event.client_id})]
         if hold is None or hold.closed:
-            gone = (
-                "the call this requestState continues is gone "
-                "(finished, expired, or parked on another gateway instance)"
-            )
-            return [ReplyToClient(replies.invalid(event.client_id, gone))]
+            return [ReplyToClient(replies.state_gone(event.client_id))]
         if hold.busy:
-            why = "a retry of this request is already in progress"
-            return [ReplyToClient(replies.invalid(event.client_id, why))]
+            return [ReplyToClient(replies.retry_in_progress(event.client_id))]
         hold.busy = True
         cmds: list[Command] = [CancelTimer(Expiry(hold.key))]
         try:
@@ -385,7 +320,7 @@ class HoldTable:
             return [
                 *cmds,
                 Log("retry rejected", fields={"why": str(exc)}),
-                *self._park(hold, event.now),  # the call stays parked for a correct retry
+                *self.book.park(hold, event.now),  # the call stays parked for a correct retry
                 ReplyToClient(replies.invalid(event.client_id, str(exc))),
             ]
         hold.retry = (event.claims, event.input_responses)
@@ -414,7 +349,7 @@ class HoldTable:
         hold.waiting = hold.overdue = False
         return [CancelTimer(OutcomeDue(hold.key))] if was_waiting else []
 
-    # -- parking, expiry, closing -----------------------------------------------
+    # -- timers -----------------------------------------------------------------
     def _timer_fired(self, event: TimerFired) -> list[Command]:
         timer = event.timer
         timers = Expiry | WindDown | OutcomeDue | SessionDue
@@ -429,82 +364,5 @@ class HoldTable:
             hold.overdue = True
             return [Wake(hold.key)]
         if isinstance(timer, Expiry):
-            if not self._parked(hold):
-                return []  # retried or forgotten while the timer fired
-            cmds = self._close(hold, "expired: the client never retried", event.now)
-            self._settle(hold)
-            return cmds
-        if not hold.wind_down:
-            return []
-        hold.wind_down = False
-        if hold.finished:
-            return []
-        hold.cancel_sent = True
-        return [CancelUpstream(hold.key)]
-
-    def _parked(self, hold: Hold) -> bool:
-        """Parked for its client's retry, and no retry is in progress."""
-        handle = hold.call.handle
-        return handle is not None and self.parked.get(handle) == hold.key and not hold.busy
-
-    def _park(self, hold: Hold, now: float) -> list[Command]:
-        handle = hold.call.handle
-        assert handle is not None
-        self.parked[handle] = hold.key
-        # While the client gathers input the server waits on us, so nothing on
-        # the wire can be this call's: the session is free for other calls
-        # until the retry takes it back (a client that never retries must not
-        # block everyone until the state expires).
-        return [
-            ReleaseSession(hold.key),
-            StartTimer(Expiry(hold.key), now + self.settings.state_ttl),
-        ]
-
-    def _forget(self, hold: Hold) -> list[Command]:
-        handle = hold.call.handle
-        if handle is not None and self.parked.get(handle) == hold.key:
-            del self.parked[handle]
-            return [CancelTimer(Expiry(hold.key))]
-        return []
-
-    def _settle(self, hold: Hold) -> None:
-        """Drop a call nothing can reach any more."""
-        handle = hold.call.handle
-        reachable = handle is not None and self.parked.get(handle) == hold.key
-        if hold.finished and not reachable and not hold.waiting and not hold.busy:
-            self.calls.pop(hold.key, None)
-
-    def _close(self, hold: Hold, reason: str, now: float) -> list[Command]:
-        """End a bridged call early: refuse its pending asks, and cancel it
-        upstream if the server does not end it by itself within the wind-down.
-
-        The order matters to real servers (see upstream_session.WIND_DOWN): the
-        server first hears that no answer will come, which ends a tool that
-        only waited for one, and only a call still running after that gets
-        `notifications/cancelled`, after which nothing more is sent for it.
-        """
-        if hold.closed:
-            return []
-        hold.closed = True
-        cmds: list[Command] = [
-            Log("bridged call closed", fields={"reason": reason, "handle": hold.call.handle}),
-            *self._forget(hold),
-            *self._refuse_asks(hold, reason),
-        ]
-        if not hold.finished:
-            cmds += self._start_wind_down(hold, now)
-        return cmds
-
-    def _start_wind_down(self, hold: Hold, now: float) -> list[Command]:
-        if hold.wind_down or hold.finished:
-            return []
-        hold.wind_down = True
-        return [StartTimer(WindDown(hold.key), now + self.settings.wind_down)]
-
-    def _refuse_asks(self, hold: Hold, reason: str) -> list[Command]:
-        asks = list(hold.call.asks.values())
-        hold.call.asks.clear()
-        if not asks:
-            return []
-        refusals = tuple(replies.no_client_answer(a.upstream_id, reason) for a in asks)
-        return [RefuseServerAsks(hold.key, refusals)]
+            return self.book.expiry_fired(hold, event.now)
+        return self.book.wind_down_fired(hold)

@@ -4,6 +4,7 @@ runtime tells it about a bridged call, and what it asks the runtime to do."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gateway import wire
 from gateway.core import mrtr_bridge as core
@@ -56,6 +57,21 @@ class CallArrived(Event):
     client_id: wire.RequestId
     call: core.HeldCall
     now: float
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPresented(Event):
+    """A client's retry as it came: its requestState not opened yet. `digest`
+    is request_state.params_digest of its params."""
+
+    client_id: wire.RequestId
+    principal: str
+    method: str
+    digest: str
+    state: object
+    input_responses: object
+    now: float
+    now_ms: int  # wall clock, for the state's expiry
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +232,34 @@ class Wake(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class RerunCall(Command):
+    """Run the retried call afresh as a new call (CallArrived): its state
+    re-runs it (replay mode with the answers so far, or the -32042 re-send)."""
+
+    client_id: wire.RequestId
+    replay_answers: dict[str, Any] | None
+    replay_round: int
+
+
+@dataclass(frozen=True, slots=True)
 class AwaitOutcome(Command):
     """Wait for the call's input requests, its end, or its OutcomeDue timer
     (the table's `ready` / `overdue`), then report InputGathered or WaitTimedOut."""
 
     key: CallKey
     client_id: wire.RequestId
+
+
+# The commands that name a call (all but the reply, logs and timers).
+CallCommand = (
+    ShapeReply
+    | AnswerServer
+    | RefuseServerAsks
+    | AcquireSession
+    | GiveUpSession
+    | ReleaseSession
+    | StartUpstream
+    | CancelUpstream
+    | Wake
+    | AwaitOutcome
+)

@@ -17,6 +17,18 @@ def invalid(client_id: wire.RequestId, why: str) -> wire.Message:
     return wire.error_response(client_id, wire.INVALID_PARAMS, f"Invalid params: {why}")
 
 
+def state_gone(client_id: wire.RequestId) -> wire.Message:
+    why = (
+        "the call this requestState continues is gone "
+        "(finished, expired, or parked on another gateway instance)"
+    )
+    return invalid(client_id, why)
+
+
+def retry_in_progress(client_id: wire.RequestId) -> wire.Message:
+    return invalid(client_id, "a retry of this request is already in progress")
+
+
 def parked_limit(client_id: wire.RequestId, limit: int) -> wire.Message:
     message = f"Too many calls waiting for client input (limit {limit})"
     return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="parked-limit")
@@ -28,6 +40,18 @@ def session_busy(client_id: wire.RequestId, *, retrying: bool) -> wire.Message:
     else:
         message = "The upstream session stayed busy with another call that needs client input"
     return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="session-busy")
+
+
+def url_declined(client_id: wire.RequestId, refusal: str) -> wire.Message:
+    message = f"The server requires a URL elicitation that was not completed ({refusal})"
+    return wire.gateway_error(
+        client_id, wire.INTERNAL_ERROR, message, reason="elicitation-declined"
+    )
+
+
+def rerun_limit(client_id: wire.RequestId, why: str) -> wire.Message:
+    message = f"Too many re-run requestStates in use ({why}); retry later"
+    return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="replay-limit")
 
 
 def too_many_rounds(client_id: wire.RequestId, why: str) -> wire.Message:
@@ -93,3 +117,14 @@ def no_client_answer(upstream_id: wire.RequestId, reason: str) -> wire.Message:
 def too_many_asks(upstream_id: wire.RequestId, limit: int) -> wire.Message:
     message = f"Too many requests for client input at once (limit {limit})"
     return wire.error_response(upstream_id, wire.INTERNAL_ERROR, message)
+
+
+def undeclared(upstream_id: wire.RequestId, reason: str) -> wire.Message:
+    """The call needs a capability its modern client did not declare."""
+    return wire.error_response(upstream_id, wire.METHOD_NOT_FOUND, reason)
+
+
+def cannot_take(request: wire.Message, why: str) -> wire.Message:
+    """A request the client cannot take, in a call that goes on."""
+    message = f"{request['method']} refused: {why}"
+    return wire.error_response(request["id"], wire.METHOD_NOT_FOUND, message)
