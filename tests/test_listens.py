@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from gateway import era, wire
+from tests.mock_clock import on_mock_clock
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +65,7 @@ async def test_listen_on_a_legacy_server() -> None:
             await c.next(timeout=0.2)  # a cancelled listen gets no answer
 
 
+@on_mock_clock
 async def test_one_upstream_subscription_per_uri_across_listeners() -> None:
     seen = Recorder()
     handlers = {"resources/subscribe": ok, "resources/unsubscribe": ok}

@@ -15,6 +15,7 @@ from gateway.config import Config
 from gateway.core.routing import Forward, LegacyClientSession, Shape
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.upstream_session import SessionKey, UpstreamSession
+from tests.mock_clock import on_mock_clock
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -375,6 +376,7 @@ async def test_undeclared_feature_request_gets_an_error_upstream() -> None:
 # -- bad input -------------------------------------------------------------------
 
 
+@on_mock_clock
 async def test_duplicate_in_flight_id_is_refused_without_disturbing_the_first() -> None:
     async def slow_echo(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
         await anyio.sleep(0.05)
@@ -454,6 +456,7 @@ async def test_the_first_principal_takes_over_the_unused_start_up_session() -> N
     assert len([m for m in seen if m.get("method") == "initialize"]) == 2
 
 
+@on_mock_clock
 async def test_server_that_changes_era_across_a_restart_is_probed_again() -> None:
     legacy = legacy_server({"tools/call": echo})
     modern = modern_server({"tools/call": echo})
