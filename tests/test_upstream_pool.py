@@ -226,8 +226,8 @@ class FakeTime:
         await anyio.lowlevel.checkpoint()
 
     def drive(self, c: Client) -> None:
-        c.service.pool.clock = self.clock
-        c.service.pool.sleep = self.sleep
+        c.service.pool.readiness.clock = self.clock
+        c.service.pool.readiness.sleep = self.sleep
 
 
 async def until(predicate: Any) -> None:
