@@ -11,10 +11,13 @@ from gateway.upstream_errors import (
 )
 
 
-def failure_reply(exc: UpstreamError | TimeoutError, msg_id: wire.RequestId = 0) -> wire.Message:
+def failure_reply(
+    exc: UpstreamError | TimeoutError, msg_id: wire.RequestId | None = 0
+) -> wire.Message:
     """The client's answer, under its request's id, when its upstream call
-    could not complete. (The default id is for the MRTR bridge's parked call
-    alone, whose answer goes out under a later retry's id; issue #11.)"""
+    could not complete (None: a call of the gateway's own). (The default id
+    is for the MRTR bridge's parked call alone, whose answer goes out under a
+    later retry's id; issue #11.)"""
     if isinstance(exc, UpstreamUnauthorized):
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):

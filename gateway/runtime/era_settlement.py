@@ -47,6 +47,7 @@ class EraSettler:
         config: Config,
         settlement: Settlement,
         supervisor: UpstreamSupervisor,
+        *,
         retire: Retire,
         keep_legacy_session: KeepLegacySession,
     ) -> None:

@@ -8,7 +8,6 @@ era_settlement, credentials, backoff)."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,22 +20,16 @@ from gateway import era, wire
 from gateway.backs.http_connector import HttpConnector
 from gateway.config import Config
 from gateway.core import session_choice
-from gateway.core.credentials import CREDENTIALS_KEPT, CredentialStore
+from gateway.core.credentials import CredentialStore
 from gateway.core.era_settlement import Settlement
 from gateway.core.profile import UpstreamProfile
-from gateway.core.session_choice import (
-    MODERN_CONNECTIONS,
-    MODERN_KEY,
-    SessionKey,
-    capabilities_for,
-    default_key,
-)
+from gateway.core.session_choice import MODERN_KEY, SessionKey, default_key
 from gateway.runtime.era_settlement import EraSettler
+from gateway.runtime.session_registry import SessionRegistry
 from gateway.runtime.upstream_readiness import Clock, Readiness, Sleep, describe
 from gateway.runtime.upstream_session import Corker, ServerMessageHandler, UpstreamSession
 from gateway.runtime.upstream_supervisor import (
     Connector,
-    LastWords,
     ServerConnection,
     UpstreamSupervisor,
     spawn_process,
@@ -49,17 +42,8 @@ from gateway.upstream_errors import (
     UpstreamUnavailable,
 )
 
-# The names this module has always offered, now at home elsewhere.
-__all__ = [
-    "CREDENTIALS_KEPT",
-    "MODERN_CONNECTIONS",
-    "MODERN_KEY",
-    "Connector",
-    "LastWords",
-    "ServerConnection",
-    "UpstreamPool",
-    "capabilities_for",
-]
+# Imported from here by the service; at home in the core and the supervisor.
+__all__ = ["MODERN_KEY", "Connector", "ServerConnection", "UpstreamPool"]
 
 log = structlog.get_logger("gateway.pool")
 
@@ -82,17 +66,17 @@ class UpstreamPool:
         self._connect = connect or self._default_connector()
         self._forward = config.http_forward_authorization and self._http is not None
         self._credentials = CredentialStore()
-        # The legacy session opened at start-up until a client uses it: the
-        # first principal that needs a session of its features takes it over,
-        # rather than have it evicted and another started.
-        self._unclaimed: UpstreamSession | None = None
         self.settlement = Settlement()
-        self.sessions: dict[SessionKey, UpstreamSession] = {}
         self.supervisor = UpstreamSupervisor(
             config, self._connect_as, handler, self._exited, tap, corker
         )
+        self.registry = SessionRegistry(config, self.settlement, self.supervisor)
         self._settler = EraSettler(
-            config, self.settlement, self.supervisor, self._retire, self._keep_legacy_session
+            config,
+            self.settlement,
+            self.supervisor,
+            retire=self.registry.retire,
+            keep_legacy_session=self._keep_legacy_session,
         )
         self.readiness = Readiness(
             config,
@@ -109,11 +93,20 @@ class UpstreamPool:
         # Told when a session dies unasked (the service re-establishes what
         # lived on it, e.g. resource subscriptions).
         self.on_session_lost: Callable[[UpstreamSession], Awaitable[None]] | None = None
-        # Whether something outside the pool still relies on a session (the
-        # service's listens): such a session is never evicted.
-        self.in_use: Callable[[UpstreamSession], bool] = _nothing_relies_on
-        self._recency = itertools.count(1)
         self.restarts = 0
+
+    @property
+    def sessions(self) -> dict[SessionKey, UpstreamSession]:
+        return self.registry.sessions
+
+    @property
+    def in_use(self) -> Callable[[UpstreamSession], bool]:
+        """Whether something outside the pool relies on a session (never evicted)."""
+        return self.registry.in_use
+
+    @in_use.setter
+    def in_use(self, relies_on: Callable[[UpstreamSession], bool]) -> None:
+        self.registry.in_use = relies_on
 
     # -- what is settled -------------------------------------------------
     @property
@@ -162,10 +155,6 @@ class UpstreamPool:
     def awaiting_credentials(self) -> bool:
         return self.readiness.awaiting_credentials
 
-    @property
-    def restart_delay(self) -> float:
-        return self.readiness.restart_delay
-
     def timeout_reason(self) -> str:
         return self._settler.timeout_reason()
 
@@ -180,7 +169,7 @@ class UpstreamPool:
             if self.profile is None:
                 session = await self._open(default_key(principal), first=True)
                 if self.era is era.Era.LEGACY and not self._forward:
-                    self._unclaimed = session
+                    self.registry.unclaimed = session
 
     async def ready(self, principal: str = "local", *, retry: bool = True) -> UpstreamProfile:
         """See Readiness.ready."""
@@ -226,10 +215,8 @@ class UpstreamPool:
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
     ) -> UpstreamSession | None:
         """The live session for a call, if it exists already (the fast path)."""
-        session = self.sessions.get(self.key_for(principal, client_caps, legacy_client))
-        if session is None or not session.alive:
-            return None
-        return self._claim(session)
+        session = self.registry.live(self.key_for(principal, client_caps, legacy_client))
+        return self.registry.claim(session) if session is not None else None
 
     async def session_for(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
@@ -244,14 +231,12 @@ class UpstreamPool:
         try:
             with anyio.fail_after(self.config.startup_timeout):
                 async with self._lock:
-                    session = self.sessions.get(key)
-                    if session is not None and session.alive:
-                        return self._claim(session)
-                    adopted = self._adopt(key)
-                    if adopted is not None:
-                        return self._claim(adopted)
-                    await self._make_room(key)
-                    return self._claim(await self._open(key, first=False))
+                    registry = self.registry
+                    session = registry.live(key) or registry.adopt(key)
+                    if session is None:
+                        await registry.make_room(key)
+                        session = await self._open(key, first=False)
+                    return registry.claim(session)
         except TimeoutError:
             reason = await self.supervisor.with_last_words(self.timeout_reason())
             raise UpstreamUnavailable(reason) from None
@@ -261,68 +246,11 @@ class UpstreamPool:
             reason = await self.supervisor.with_last_words(describe(exc))
             raise UpstreamUnavailable(reason) from None
 
-    def _claim(self, session: UpstreamSession) -> UpstreamSession:
-        if session is self._unclaimed:
-            self._unclaimed = None  # a client uses it now: no one else takes it over
-        session.last_used = next(self._recency)
-        return session
-
-    def _adopt(self, key: SessionKey) -> UpstreamSession | None:
-        """The start-up session, re-keyed for `key`, if no client used it yet
-        and it fits (session_choice.adoptable; with forwarded credentials it
-        holds none of the clients', so never then)."""
-        session, self._unclaimed = self._unclaimed, None
-        if session is None or not session.alive or not session_choice.adoptable(session.key, key):
-            return None
-        if self.sessions.get(session.key) is session:
-            del self.sessions[session.key]
-        log.info("start-up session taken over", principal=key.principal)
-        session.key = key
-        self.sessions[key] = session
-        return session
-
     def _keep_legacy_session(self, key: SessionKey, session: UpstreamSession) -> None:
         # The legacy check's session stays for the first legacy client.
         self.sessions[key] = session
         if not self._forward:
-            self._unclaimed = session
-
-    async def _make_room(self, key: SessionKey) -> None:
-        """Past a bound (session_choice.room_bounds) the least recently used
-        idle session goes; a busy one never does."""
-        live = [s for s in self.sessions.values() if s.alive and s.key != key]
-        cfg = self.config
-        bounds = session_choice.room_bounds(
-            key,
-            live,
-            upstream_era=self.era,
-            max_sessions=cfg.max_sessions,
-            max_processes=cfg.max_processes,
-        )
-        for bound in bounds:
-            for session in bound.evictions(self._idle, _recency):
-                log.info(
-                    "idle upstream session evicted to make room",
-                    session=session.label,
-                    principal=session.key.principal,
-                    bound=bound.what,
-                )
-                await self._retire(session, "evicted to make room for another session")
-
-    def _idle(self, session: UpstreamSession) -> bool:
-        lease = session.lease
-        return session_choice.idle(
-            calls_in_flight=len(session.pending),
-            lease_held=lease.holder is not None,
-            lease_readers=lease.readers,
-            relied_on=self.in_use(session),
-        )
-
-    async def _retire(self, session: UpstreamSession, reason: str) -> None:
-        session.close(reason)
-        if self.sessions.get(session.key) is session:
-            del self.sessions[session.key]
-        await self.supervisor.stop(session)
+            self.registry.unclaimed = session
 
     # -- opening ---------------------------------------------------------
     def _default_connector(self) -> Connector:
@@ -352,7 +280,7 @@ class UpstreamPool:
                     # DESIGN §4: a cached verdict the server contradicts is re-probed
                     # (e.g. the server was upgraded between restarts).
                     log.warning("upstream era changed; probing again", reason=str(exc))
-                    await self._retire(session, "era changed")
+                    await self.registry.retire(session, "era changed")
                     self.settlement.forget()
                     session = await settler.spawn(key)
             if first or self.era is None:
@@ -364,14 +292,14 @@ class UpstreamPool:
                         # A legacy client re-probed a dual-era server: the
                         # modern connection stays, and it gets a legacy session.
                         self.sessions[modern_key] = session
-                        session = self._adopt(key) or await self._open_legacy_side(key)
+                        session = self.registry.adopt(key) or await self._open_legacy_side(key)
                     else:
                         key = modern_key
         except BaseException as exc:
             if not isinstance(exc, UpstreamUnauthorized):
                 self.readiness.failed()  # a credential refused is not an outage
             for started in self.supervisor.opening:
-                await self._retire(started, "failed to open")
+                await self.registry.retire(started, "failed to open")
             raise
         finally:
             self.supervisor.opening = []
@@ -386,9 +314,7 @@ class UpstreamPool:
 
     async def _exited(self, session: UpstreamSession, process: ServerConnection) -> None:
         """A connection ended that nobody retired: the server exited."""
-        opened = self.sessions.get(session.key) is session
-        if opened:
-            del self.sessions[session.key]
+        opened = self.registry.forget(session)
         code = await process.aclose(self.config.shutdown_grace)
         if opened:
             # (one that dies while opening is counted by _open)
@@ -411,11 +337,3 @@ class UpstreamPool:
             await self._settler.discover(session, era.NEWEST_MODERN)
         assert self.profile is not None
         return self.profile
-
-
-def _nothing_relies_on(session: UpstreamSession) -> bool:
-    return False
-
-
-def _recency(session: UpstreamSession) -> int:
-    return session.last_used

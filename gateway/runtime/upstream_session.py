@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import anyio
 import structlog
@@ -25,6 +25,7 @@ from gateway.runtime.pending_calls import (
     ignore_reply,
 )
 from gateway.runtime.session_lease import SessionLease
+from gateway.runtime.upstream_channel import CallStreams, Channel, Corker
 from gateway.upstream_errors import (
     ConnectionLost,
     UpstreamBusy,
@@ -46,39 +47,12 @@ log = structlog.get_logger("gateway.upstream")
 WIND_DOWN = 1.0
 
 
-class Channel(Protocol):
-    async def send(self, msg: wire.Message) -> None: ...
-    def send_nowait(self, msg: wire.Message) -> None: ...
-    async def receive_batch(self) -> list[wire.Message]: ...
-
-
-@runtime_checkable
-class CallStreams(Protocol):
-    """A transport that can tell a server request sent outside any call (the
-    HTTP back's GET stream) from one sent on a call's own stream, and, where
-    every call has a stream of its own, which call a notification came with."""
-
-    def outside_calls(self, request_id: wire.RequestId) -> bool: ...
-
-    @property
-    def streams_name_calls(self) -> bool: ...
-
-    def stream_of(self, msg: wire.Message) -> wire.RequestId | None: ...
-
-
-class Corker(Protocol):
-    """What the reader corks while it handles one read's messages, so that all
-    they produce leaves in one write (the client links)."""
-
-    def cork(self) -> None: ...
-    def uncork(self) -> None: ...
-
-
 # The upstream errors (gateway.upstream_errors) are also to be had from here,
 # beside the session that raises them, and what moved out of this module.
 __all__ = [
     "CallWatcher",
     "ConnectionLost",
+    "Corker",
     "PendingCall",
     "ProgressRoute",
     "SessionKey",
@@ -276,14 +250,8 @@ class UpstreamSession:
             for msg_id in overdue:
                 pending = self.pending[msg_id]
                 self.abandon_call(msg_id, "no reply in time")
-                pending.settle(
-                    wire.gateway_error(
-                        pending.client_id,
-                        wire.INTERNAL_ERROR,
-                        f"upstream did not answer {pending.method} in time",
-                        reason="upstream-timeout",
-                    )
-                )
+                overdue_call = UpstreamTimeout(f"upstream did not answer {pending.method} in time")
+                pending.settle(failure_reply(overdue_call, pending.client_id))
 
     async def _cancel_upstream(self, msg_id: int, reason: str) -> None:
         self.pending.pop(msg_id, None)
@@ -361,14 +329,9 @@ class UpstreamSession:
         pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
-        message = f"Upstream server failed: {reason}"
         for call in pending:
             if call.on_reply is not None:
-                call.settle(
-                    wire.gateway_error(
-                        call.client_id, wire.INTERNAL_ERROR, message, reason="upstream-failed"
-                    )
-                )
+                call.settle(failure_reply(UpstreamGone(reason), call.client_id))
             elif call.done is not None:
                 call.done.set()
 
