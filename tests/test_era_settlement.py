@@ -12,9 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import era, wire
+from gateway.core import era_probe
 from gateway.core.era_settlement import (
     Settlement,
     initialize_contradiction,
+    legacy_side,
     pinned_verdict,
     probe_report,
 )
@@ -150,3 +152,28 @@ def test_any_other_answer_to_initialize_is_no_contradiction() -> None:
     assert initialize_contradiction(ok) is None
     assert initialize_contradiction(wire.error_response(1, wire.INTERNAL_ERROR, "no")) is None
     assert initialize_contradiction(wire.error_response(1, wire.METHOD_NOT_FOUND, "no")) is None
+
+
+def test_the_legacy_check_finds_a_legacy_side_with_sessions_or_without() -> None:
+    """2026-07-28 "Dual-era": a modern server that also answers a legacy
+    `initialize` serves legacy clients natively on sessions of their own,
+    unless it keeps no sessions (an HTTP answer without Mcp-Session-Id): then
+    its legacy side is only reported, and its check's session closes."""
+    answer = {"jsonrpc": "2.0", "id": 1, "result": LEGACY.initialize}
+    dual_era = era_probe.judge_legacy_check(answer)
+    side = legacy_side(dual_era, keeps_sessions=True)
+    assert side.sessions and side.closing is None
+    assert side.profile is not None and side.profile.initialize == LEGACY.initialize
+    assert side.reason == f"InitializeResult {era.NEWEST_LEGACY}"
+    stateless = legacy_side(dual_era, keeps_sessions=False)
+    assert not stateless.sessions and stateless.profile == side.profile
+    assert stateless.closing == "the server keeps no legacy sessions"
+    assert stateless.reason.endswith("without a session (stateless legacy side)")
+
+
+def test_a_refused_legacy_check_means_modern_only() -> None:
+    refused = era_probe.judge_legacy_check(wire.error_response(1, wire.METHOD_NOT_FOUND, "no"))
+    side = legacy_side(refused, keeps_sessions=True)
+    assert side.profile is None and not side.sessions
+    assert side.closing == "the server serves modern clients only"
+    assert side.reason == refused.reason

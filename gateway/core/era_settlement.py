@@ -82,6 +82,39 @@ class Settlement:
         return {"era": "dual", "modern": modern, "legacy": legacy}
 
 
+@dataclass(frozen=True, slots=True)
+class LegacySide:
+    """What the legacy check of a modern server found (2026-07-28
+    "Dual-era"), its outage aside: `profile` when the server serves legacy
+    clients too, `sessions` when it keeps legacy sessions for them, and
+    `closing`, why the check's session closes, when it is of no further use."""
+
+    reason: str
+    profile: UpstreamProfile | None = None
+    sessions: bool = False
+    closing: str | None = None
+
+
+def legacy_side(check: era_probe.LegacyCheck, keeps_sessions: bool) -> LegacySide:
+    """`keeps_sessions`: the check's `initialize` opened a session (over HTTP,
+    it was answered with an Mcp-Session-Id; over stdio, always). A server
+    that answers without one serves legacy clients statelessly (the TS SDK
+    2.x's `legacy: 'stateless'`): it forgets what they declared and cannot
+    send them requests. Its legacy clients lose less translated onto its
+    modern side, where the gateway bridges input_required rounds into
+    requests they can answer."""
+    if check.initialize is None:
+        return LegacySide(check.reason, closing="the server serves modern clients only")
+    profile = UpstreamProfile.from_initialize(check.initialize)
+    if not keeps_sessions:
+        return LegacySide(
+            f"{check.reason} without a session (stateless legacy side)",
+            profile,
+            closing="the server keeps no legacy sessions",
+        )
+    return LegacySide(check.reason, profile, sessions=True)
+
+
 def pinned_verdict(pinned: str | None) -> era_probe.ProbeVerdict | None:
     """The verdict `[upstream] era` fixes, if it fixes one (no probe then)."""
     if pinned == "legacy":

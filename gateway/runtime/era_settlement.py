@@ -18,6 +18,7 @@ from gateway.core import credentials, era_probe, legacy_handshake
 from gateway.core.era_settlement import (
     Settlement,
     initialize_contradiction,
+    legacy_side,
     pinned_verdict,
     probe_report,
 )
@@ -175,25 +176,18 @@ class EraSettler:
             state.era = None
             state.profile = None
             raise UpstreamUnavailable(f"the legacy check failed: {check.reason}")
-        if check.initialize is None:
-            await self._retire(session, "the server serves modern clients only")
-            return check.reason
-        profile = UpstreamProfile.from_initialize(check.initialize)
-        if getattr(self._supervisor.processes.get(session), "session_id", "stdio") is None:
-            # An HTTP server that answers `initialize` without an
-            # Mcp-Session-Id serves legacy clients statelessly (the TS SDK
-            # 2.x's `legacy: 'stateless'`): it forgets what they declared and
-            # cannot send them requests. Its legacy clients lose less
-            # translated onto its modern side, where the gateway bridges
-            # input_required rounds into requests they can answer.
-            state.stateless_legacy_side = profile
-            await self._retire(session, "the server keeps no legacy sessions")
-            return f"{check.reason} without a session (stateless legacy side)"
+        # Over HTTP, a connection that got no Mcp-Session-Id has None here.
+        session_id = getattr(self._supervisor.processes.get(session), "session_id", "stdio")
+        side = legacy_side(check, keeps_sessions=session_id is not None)
+        if side.closing is not None:
+            state.stateless_legacy_side = side.profile
+            await self._retire(session, side.closing)
+            return side.reason
         await session.notify("notifications/initialized")
-        session.profile = profile
-        state.legacy_side = profile
+        session.profile = side.profile
+        state.legacy_side = side.profile
         self._keep_legacy_session(key, session)
-        return check.reason
+        return side.reason
 
     async def _probe(
         self, session: UpstreamSession, version: str = era.NEWEST_MODERN
