@@ -201,12 +201,13 @@ class UpstreamPool:
     def key_for(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
     ) -> SessionKey:
+        settlement = self.settlement
         return session_choice.key_for(
             principal,
             client_caps,
-            upstream_era=self.era,
+            upstream_era=settlement.era,
             legacy_client=legacy_client,
-            has_legacy_side=self.legacy_side is not None,
+            has_legacy_side=settlement.legacy_side is not None,
             per_principal_modern=self._forward,
             max_sessions=self.config.max_sessions,
         )
@@ -215,8 +216,11 @@ class UpstreamPool:
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
     ) -> UpstreamSession | None:
         """The live session for a call, if it exists already (the fast path)."""
-        session = self.registry.live(self.key_for(principal, client_caps, legacy_client))
-        return self.registry.claim(session) if session is not None else None
+        registry = self.registry
+        session = registry.sessions.get(self.key_for(principal, client_caps, legacy_client))
+        if session is None or not session.alive:
+            return None
+        return registry.claim(session)
 
     async def session_for(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
