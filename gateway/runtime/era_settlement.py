@@ -43,6 +43,9 @@ KeepLegacySession = Callable[[SessionKey, UpstreamSession], None]
 
 
 class EraSettler:
+    """Settles the era on the pool's first session and runs the handshakes
+    of every later one, keeping what it learns in the shared `Settlement`."""
+
     def __init__(
         self,
         config: Config,
