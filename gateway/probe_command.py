@@ -11,7 +11,8 @@ import orjson
 from gateway import wire
 from gateway.config import Config
 from gateway.runtime.upstream_pool import UpstreamPool
-from gateway.runtime.upstream_session import UpstreamSession, UpstreamUnavailable
+from gateway.runtime.upstream_session import UpstreamSession
+from gateway.upstream_errors import UpstreamUnavailable
 
 
 async def _ignore(session: UpstreamSession, msg: wire.Message) -> None:

@@ -3,7 +3,7 @@
 Pure (no I/O): the backs raise these, each mapping its transport's own
 exceptions in one place (`map_exceptions`, after httpcore's); the runtime
 catches `UpstreamError`, or the one subclass whose answer differs, and
-`runtime.upstream_session.failure_reply` turns it into the client's error.
+`core.upstream_failures.failure_reply` turns it into the client's error.
 
     UpstreamError
     ├── ConnectionLost        the transport's connection is over (written or read past its end)

@@ -1044,7 +1044,7 @@ async def test_py1_on_deprecated_http_sse_through_the_gateway(peers: dict[str, s
         final = await modern_mrtr_call(c, "ask_name", {})
         assert c.service.pool.era is era.Era.LEGACY
         (session,) = c.service.pool.sessions.values()
-        connection = c.service.pool._processes[session]
+        connection = c.service.pool.supervisor.processes[session]
         assert isinstance(connection, HttpServerConnection) and connection.sse_endpoint
     assert text_of(echo) == "old"
     assert text_of(final) == "Hello, Ada!"

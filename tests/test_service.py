@@ -13,8 +13,9 @@ from gateway import era, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core.routing import Forward, LegacyClientSession, Shape
+from gateway.core.session_choice import SessionKey
 from gateway.runtime.legacy_input import LegacyInputLoop
-from gateway.runtime.upstream_session import SessionKey, UpstreamSession
+from gateway.runtime.upstream_session import UpstreamSession
 from tests.mock_clock import on_mock_clock
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 

@@ -20,8 +20,8 @@ from gateway.backs.http_client import HttpClientError
 from gateway.backs.stdio_back import ServerExited, StdioServerProcess
 from gateway.client_link import ClientLink
 from gateway.config import Config
+from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.service import GatewayService
-from gateway.runtime.upstream_session import failure_reply
 from gateway.upstream_errors import (
     ConnectionLost,
     Contradicted,

@@ -228,8 +228,8 @@ class FakeTime:
         await anyio.lowlevel.checkpoint()
 
     def drive(self, c: Client) -> None:
-        c.service.pool.clock = self.clock
-        c.service.pool.sleep = self.sleep
+        c.service.pool.readiness.clock = self.clock
+        c.service.pool.readiness.sleep = self.sleep
 
 
 async def until(predicate: Any) -> None:
@@ -253,13 +253,6 @@ def failing_spawns(dead: range, handlers: dict[str, Any]) -> Any:
         await inner(server)
 
     return behaviour
-
-
-def test_one_backoff_formula_doubles_up_to_its_maximum() -> None:
-    from gateway.core import backoff
-
-    assert [backoff.delay(n, 0.25, 10) for n in range(8)] == [0, 0.25, 0.5, 1, 2, 4, 8, 10]
-    assert backoff.delay(10_000, 0.25, 10) == 10  # a long outage does not overflow
 
 
 async def test_the_backoff_starts_afresh_once_the_upstream_answers_again() -> None:

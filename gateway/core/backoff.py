@@ -15,3 +15,32 @@ def delay(failures: int, initial: float, maximum: float) -> float:
         return 0.0
     doublings: int = min(failures - 1, _MAX_DOUBLINGS)
     return min(initial * float(2**doublings), maximum)
+
+
+class Failures:
+    """Failed starts and crashes since the upstream last answered its
+    handshake, and when the last one was (on the caller's clock): the
+    backoff grows with them."""
+
+    __slots__ = ("count", "last")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = 0.0
+
+    def failed(self, now: float) -> None:
+        self.count += 1
+        self.last = now
+
+    def healthy(self) -> None:
+        """The upstream started and answered: whatever failed before is over,
+        and the next failure starts the backoff afresh."""
+        self.count = 0
+
+    def delay(self, initial: float, maximum: float) -> float:
+        """The backoff after the failures so far (0 once the upstream answered)."""
+        return delay(self.count, initial, maximum)
+
+    def wait_left(self, now: float, initial: float, maximum: float) -> float:
+        """Seconds still to wait before the next attempt (<= 0: go now)."""
+        return self.last + self.delay(initial, maximum) - now

@@ -35,7 +35,7 @@ class ProbeVerdict:
     retry_version: str | None = None
     reason: str = ""
     # The server said nothing within the probe timeout: legacy by default,
-    # but a slow modern server may still be starting (see the pool).
+    # but a slow modern server may still be starting (see runtime/era_settlement).
     silent: bool = False
 
 

@@ -17,7 +17,7 @@ from gateway.config import Config
 from gateway.fronts.stdio_front import BadLine, StdioFront
 from gateway.log_limit import LogLimiter
 from gateway.runtime.service import GatewayService
-from gateway.runtime.upstream_pool import Connector
+from gateway.runtime.upstream_supervisor import Connector
 
 log = structlog.get_logger("gateway.stdio")
 # A client that writes junk in a loop gets its error replies, and the log one

@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import anyio
 import structlog
 
-from gateway import era, wire
+from gateway import wire
 from gateway.client_link import ClientLink
+from gateway.core import upstream_log_level
 from gateway.core.profile import UpstreamProfile
+from gateway.core.session_choice import SessionKey
+from gateway.core.upstream_failures import failure_reply
+from gateway.runtime.pending_calls import (
+    CallWatcher,
+    PendingCall,
+    ProgressRoute,
+    ReplyCallback,
+    ignore_reply,
+)
 from gateway.runtime.session_lease import SessionLease
+from gateway.runtime.upstream_channel import CallStreams, Channel, Corker
 from gateway.upstream_errors import (
     ConnectionLost,
     UpstreamBusy,
@@ -37,56 +47,15 @@ log = structlog.get_logger("gateway.upstream")
 WIND_DOWN = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class SessionKey:
-    """DESIGN §5.1.1: sessions are keyed by principal and declared client features."""
-
-    principal: str
-    features: frozenset[str]
-    # A legacy session of a dual-era server (which also has a modern one):
-    # never mistaken for the modern connection of the same principal.
-    dual_legacy: bool = False
-
-
-class Channel(Protocol):
-    async def send(self, msg: wire.Message) -> None: ...
-    def send_nowait(self, msg: wire.Message) -> None: ...
-    async def receive_batch(self) -> list[wire.Message]: ...
-
-
-@runtime_checkable
-class CallStreams(Protocol):
-    """A transport that can tell a server request sent outside any call (the
-    HTTP back's GET stream) from one sent on a call's own stream, and, where
-    every call has a stream of its own, which call a notification came with."""
-
-    def outside_calls(self, request_id: wire.RequestId) -> bool: ...
-
-    @property
-    def streams_name_calls(self) -> bool: ...
-
-    def stream_of(self, msg: wire.Message) -> wire.RequestId | None: ...
-
-
-class CallWatcher(Protocol):
-    """Whoever must see the server's notifications about one call, besides
-    its client (a legacy session's upstream listen)."""
-
-    async def on_notification(self, msg: wire.Message) -> None: ...
-
-
-class Corker(Protocol):
-    """What the reader corks while it handles one read's messages, so that all
-    they produce leaves in one write (the client links)."""
-
-    def cork(self) -> None: ...
-    def uncork(self) -> None: ...
-
-
 # The upstream errors (gateway.upstream_errors) are also to be had from here,
-# beside the session that raises them.
+# beside the session that raises them, and what moved out of this module.
 __all__ = [
+    "CallWatcher",
     "ConnectionLost",
+    "Corker",
+    "PendingCall",
+    "ProgressRoute",
+    "SessionKey",
     "UpstreamBusy",
     "UpstreamError",
     "UpstreamGone",
@@ -96,66 +65,6 @@ __all__ = [
     "UpstreamUnavailable",
     "failure_reply",
 ]
-
-
-def failure_reply(exc: UpstreamError | TimeoutError, msg_id: wire.RequestId = 0) -> wire.Message:
-    """The client's answer, under its request's id, when its upstream call
-    could not complete: the one place an upstream error becomes a JSON-RPC
-    error. (The default id is for the MRTR bridge's parked call alone, whose
-    answer goes out under a later retry's id; issue #11.)"""
-    if isinstance(exc, UpstreamUnauthorized):
-        return {**exc.reply, "id": msg_id}
-    if isinstance(exc, UpstreamTimeout):
-        return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout")
-    if isinstance(exc, UpstreamBusy):
-        return wire.gateway_error(
-            msg_id, wire.INTERNAL_ERROR, f"Upstream busy: {exc}", reason="upstream-busy"
-        )
-    return wire.gateway_error(
-        msg_id, wire.INTERNAL_ERROR, f"Upstream server failed: {exc}", reason="upstream-failed"
-    )
-
-
-ReplyCallback = Callable[[wire.Message], None]
-
-
-def _ignore(reply: wire.Message) -> None:
-    return None
-
-
-@dataclass(slots=True)
-class PendingCall:
-    """A request sent upstream. Awaited calls wait on `done`; fast-path calls
-    get `on_reply` run by the reader, and the sweeper bounds them."""
-
-    owner: ClientLink | None
-    log_level: str | None
-    done: anyio.Event | None = None
-    reply: wire.Message | None = None
-    on_reply: ReplyCallback | None = None
-    deadline: float = 0.0
-    method: str = ""
-    # The client's id for the request (None for the gateway's own calls):
-    # what the gateway answers in the server's stead carries it, and a modern
-    # server's subscription ids are mapped back to it.
-    client_id: wire.RequestId | None = None
-    # Whoever must see the server's notifications about this call (a listen).
-    tag: CallWatcher | None = None
-
-    def settle(self, reply: wire.Message) -> None:
-        if self.on_reply is not None:
-            callback, self.on_reply = self.on_reply, None
-            callback(reply)
-        else:
-            self.reply = reply
-            if self.done is not None:
-                self.done.set()
-
-
-@dataclass(slots=True)
-class ProgressRoute:
-    owner: ClientLink
-    client_token: str | int
 
 
 ServerMessageHandler = Callable[["UpstreamSession", wire.Message], Awaitable[None]]
@@ -225,7 +134,7 @@ class UpstreamSession:
         self.pending[msg_id] = PendingCall(
             None,
             None,
-            on_reply=_ignore,
+            on_reply=ignore_reply,
             deadline=anyio.current_time() + grace,
             method=pending.method,
         )
@@ -341,14 +250,8 @@ class UpstreamSession:
             for msg_id in overdue:
                 pending = self.pending[msg_id]
                 self.abandon_call(msg_id, "no reply in time")
-                pending.settle(
-                    wire.gateway_error(
-                        pending.client_id,
-                        wire.INTERNAL_ERROR,
-                        f"upstream did not answer {pending.method} in time",
-                        reason="upstream-timeout",
-                    )
-                )
+                overdue_call = UpstreamTimeout(f"upstream did not answer {pending.method} in time")
+                pending.settle(failure_reply(overdue_call, pending.client_id))
 
     async def _cancel_upstream(self, msg_id: int, reason: str) -> None:
         self.pending.pop(msg_id, None)
@@ -426,29 +329,13 @@ class UpstreamSession:
         pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
-        message = f"Upstream server failed: {reason}"
         for call in pending:
             if call.on_reply is not None:
-                call.settle(
-                    wire.gateway_error(
-                        call.client_id, wire.INTERNAL_ERROR, message, reason="upstream-failed"
-                    )
-                )
+                call.settle(failure_reply(UpstreamGone(reason), call.client_id))
             elif call.done is not None:
                 call.done.set()
 
     def log_level_needed(self, level: str | None) -> str | None:
-        """The level to set upstream before a request asking `level`, if any.
-
-        The upstream session is shared, so its level only ever widens to what
-        some request asked; the gateway filters per request on the way back.
-        """
-        profile = self.profile
-        if level is None or profile is None or profile.era is not era.Era.LEGACY:
-            return None  # a modern server takes the level from each request's _meta
-        if "logging" not in profile.capabilities:
-            return None
-        current = self.upstream_log_level
-        if current is not None and era.LOG_RANK[current] <= era.LOG_RANK[level]:
-            return None
-        return level
+        """The level to set upstream before a request asking `level`, if any
+        (the core's rule: a shared session's level only ever widens)."""
+        return upstream_log_level.level_to_set(self.profile, self.upstream_log_level, level)
