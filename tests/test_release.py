@@ -18,7 +18,8 @@ from gateway import wire
 from gateway.fronts import http_front
 from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.service import GatewayService
-from gateway.runtime.upstream_session import UpstreamGone, UpstreamSession, UpstreamTimeout
+from gateway.runtime.upstream_session import UpstreamSession
+from gateway.upstream_errors import UpstreamGone, UpstreamTimeout
 from tests.inprocess import HttpGateway, http_gateway
 from tests.scripted import MODERN_META, Client, ScriptedServer, gateway, legacy_server
 

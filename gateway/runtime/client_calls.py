@@ -23,13 +23,14 @@ from gateway.config import Config
 from gateway.core import call_plan, mrtr_shapes, routing
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
+from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.held_calls import MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.upstream_pool import UpstreamPool
-from gateway.runtime.upstream_session import UpstreamSession, failure_reply
+from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import (
     UpstreamError,
     UpstreamGone,

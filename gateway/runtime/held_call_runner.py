@@ -29,8 +29,9 @@ from gateway.core import mrtr_hold_events as hold
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold import HoldTable
 from gateway.core.routing import Forward
+from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.engine_timers import EngineTimers
-from gateway.runtime.upstream_session import UpstreamSession, failure_reply
+from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.mrtr")

@@ -11,11 +11,12 @@ from gateway.client_link import ClientLink
 from gateway.core import server_notifications as notes
 from gateway.core import subscriptions as subs_core
 from gateway.core.server_notifications import Kind
+from gateway.core.session_choice import MODERN_KEY
 from gateway.log_limit import LogLimiter
 from gateway.runtime.listens import Listens
+from gateway.runtime.pending_calls import PendingCall
 from gateway.runtime.server_requests import ServerRequestDesk, send_quietly
-from gateway.runtime.upstream_pool import MODERN_KEY
-from gateway.runtime.upstream_session import PendingCall, UpstreamSession
+from gateway.runtime.upstream_session import UpstreamSession
 
 log = structlog.get_logger("gateway")
 

@@ -23,9 +23,9 @@ from gateway.core.server_requests import (
     ServerRequests,
     ServerRequestSettings,
 )
+from gateway.core.session_choice import MODERN_KEY
 from gateway.log_limit import LogLimiter
 from gateway.runtime.held_calls import HeldEntry, MrtrBridge
-from gateway.runtime.upstream_pool import MODERN_KEY
 from gateway.runtime.upstream_session import UpstreamSession
 
 log = structlog.get_logger("gateway")

@@ -23,8 +23,9 @@ from gateway.runtime.listens import Listens
 from gateway.runtime.server_notifications import NotificationRouter
 from gateway.runtime.server_requests import ServerRequestDesk
 from gateway.runtime.session_listen import SessionListen
-from gateway.runtime.upstream_pool import Connector, UpstreamPool
+from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
+from gateway.runtime.upstream_supervisor import Connector
 from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway")

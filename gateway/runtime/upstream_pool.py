@@ -23,11 +23,12 @@ from gateway.core import session_choice
 from gateway.core.credentials import CredentialStore
 from gateway.core.era_settlement import Settlement
 from gateway.core.profile import UpstreamProfile
-from gateway.core.session_choice import MODERN_KEY, SessionKey, default_key
+from gateway.core.session_choice import SessionKey, default_key
 from gateway.runtime.era_settlement import EraSettler
 from gateway.runtime.session_registry import SessionRegistry
+from gateway.runtime.upstream_channel import Corker
 from gateway.runtime.upstream_readiness import Clock, Readiness, Sleep, describe
-from gateway.runtime.upstream_session import Corker, ServerMessageHandler, UpstreamSession
+from gateway.runtime.upstream_session import ServerMessageHandler, UpstreamSession
 from gateway.runtime.upstream_supervisor import (
     Connector,
     ServerConnection,
@@ -43,7 +44,6 @@ from gateway.upstream_errors import (
 )
 
 # Imported from here by the service; at home in the core and the supervisor.
-__all__ = ["MODERN_KEY", "Connector", "ServerConnection", "UpstreamPool"]
 
 log = structlog.get_logger("gateway.pool")
 

@@ -28,12 +28,8 @@ from gateway.runtime.session_lease import SessionLease
 from gateway.runtime.upstream_channel import CallStreams, Channel, Corker
 from gateway.upstream_errors import (
     ConnectionLost,
-    UpstreamBusy,
-    UpstreamError,
     UpstreamGone,
     UpstreamTimeout,
-    UpstreamUnauthorized,
-    UpstreamUnavailable,
 )
 
 log = structlog.get_logger("gateway.upstream")
@@ -45,26 +41,6 @@ log = structlog.get_logger("gateway.upstream")
 # never sends both at once: refusal first, cancellation only for a call that is
 # still running after this.
 WIND_DOWN = 1.0
-
-
-# The upstream errors (gateway.upstream_errors) are also to be had from here,
-# beside the session that raises them, and what moved out of this module.
-__all__ = [
-    "CallWatcher",
-    "ConnectionLost",
-    "Corker",
-    "PendingCall",
-    "ProgressRoute",
-    "SessionKey",
-    "UpstreamBusy",
-    "UpstreamError",
-    "UpstreamGone",
-    "UpstreamSession",
-    "UpstreamTimeout",
-    "UpstreamUnauthorized",
-    "UpstreamUnavailable",
-    "failure_reply",
-]
 
 
 ServerMessageHandler = Callable[["UpstreamSession", wire.Message], Awaitable[None]]

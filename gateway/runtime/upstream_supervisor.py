@@ -15,7 +15,8 @@ from gateway import wire
 from gateway.backs.stdio_back import StdioServerProcess, stderr_summary
 from gateway.config import Config
 from gateway.core.session_choice import SessionKey
-from gateway.runtime.upstream_session import Corker, ServerMessageHandler, UpstreamSession
+from gateway.runtime.upstream_channel import Corker
+from gateway.runtime.upstream_session import ServerMessageHandler, UpstreamSession
 
 
 class ServerConnection(Protocol):
