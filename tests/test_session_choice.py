@@ -23,6 +23,7 @@ from gateway.core.session_choice import (
     adoptable,
     capabilities_for,
     default_key,
+    evictions,
     idle,
     key_for,
     room_bounds,
@@ -205,6 +206,41 @@ def test_a_legacy_session_is_bounded_per_principal_then_in_all() -> None:
         max_processes=8,
     )
     assert own.members == [] and every.members == [dual[0]]
+
+
+def test_a_session_evicted_for_its_principal_is_not_counted_again_in_all() -> None:
+    """DESIGN §5.1.1, a defect found splitting the pool: with max_sessions=1
+    and max_processes=2, alice opening a second feature set evicted her idle
+    session and then, counting it again against max_processes, bob's older
+    idle session as well. Only alice's goes."""
+    bobs = FakeSession(SessionKey("bob", frozenset()), last_used=1)
+    alices = FakeSession(SessionKey("alice", frozenset()), last_used=2)
+    bounds = room_bounds(
+        SessionKey("alice", frozenset({"sampling"})),
+        [bobs, alices],
+        upstream_era=era.Era.LEGACY,
+        max_sessions=1,
+        max_processes=2,
+    )
+    gone = evictions(bounds, lambda s: not s.busy, lambda s: s.last_used)
+    assert gone == [(alices, "upstream sessions of this client (max_sessions)")]
+
+
+def test_no_session_is_evicted_when_a_later_bound_cannot_be_met() -> None:
+    """A busy session is never evicted; when the total cannot be met, the
+    caller gets UpstreamBusy before anything is closed for nothing."""
+    alices = FakeSession(SessionKey("alice", frozenset()), last_used=2)
+    bobs = FakeSession(SessionKey("bob", frozenset()), busy=True)
+    carols = FakeSession(SessionKey("carol", frozenset()), busy=True)
+    bounds = room_bounds(
+        SessionKey("alice", frozenset({"sampling"})),
+        [alices, bobs, carols],
+        upstream_era=era.Era.LEGACY,
+        max_sessions=2,
+        max_processes=2,
+    )
+    with pytest.raises(UpstreamBusy):
+        evictions(bounds, lambda s: not s.busy, lambda s: s.last_used)
 
 
 def test_modern_connections_have_a_bound_of_their_own() -> None:

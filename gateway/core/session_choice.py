@@ -133,3 +133,22 @@ def room_bounds(
         Bound(own, max_sessions, "upstream sessions of this client (max_sessions)"),
         Bound(legacy, max_processes, "upstream processes (max_processes)"),
     ]
+
+
+def evictions(
+    bounds: Sequence[Bound[S]], is_idle: Callable[[S], bool], recency: Callable[[S], int]
+) -> list[tuple[S, str]]:
+    """The sessions to close, each with the bound it goes for, so that one
+    more fits every bound. A session evicted for an earlier bound no longer
+    counts against a later one (else the per-principal bound's eviction is
+    counted again in the total, and another principal's idle session goes
+    for nothing). UpstreamBusy before anything is evicted when a bound cannot
+    be met."""
+    gone: list[S] = []
+    out: list[tuple[S, str]] = []
+    for bound in bounds:
+        left = [s for s in bound.members if not any(s is g for g in gone)]
+        for session in Bound(left, bound.limit, bound.what).evictions(is_idle, recency):
+            gone.append(session)
+            out.append((session, bound.what))
+    return out

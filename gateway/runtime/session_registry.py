@@ -93,15 +93,14 @@ class SessionRegistry:
             max_sessions=cfg.max_sessions,
             max_processes=cfg.max_processes,
         )
-        for bound in bounds:
-            for session in bound.evictions(self._idle, _recency):
-                log.info(
-                    "idle upstream session evicted to make room",
-                    session=session.label,
-                    principal=session.key.principal,
-                    bound=bound.what,
-                )
-                await self.retire(session, "evicted to make room for another session")
+        for session, bound in session_choice.evictions(bounds, self._idle, _recency):
+            log.info(
+                "idle upstream session evicted to make room",
+                session=session.label,
+                principal=session.key.principal,
+                bound=bound,
+            )
+            await self.retire(session, "evicted to make room for another session")
 
     def _idle(self, session: UpstreamSession) -> bool:
         lease = session.lease
