@@ -73,7 +73,7 @@ class Config:
     http_max_sessions: int = 1000
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
-    # Connection limits (gateway/fronts/http_limits.py)
+    # Connection limits (gateway/fronts/http_limits.py and its parts)
     http_max_header_bytes: int = 32 * 1024  # request line + headers (431 beyond)
     http_header_timeout: float = 10.0  # the whole head must arrive within it (408)
     http_body_timeout: float = 30.0  # the whole body must arrive within it (408)
