@@ -304,14 +304,6 @@ def check_modern_headers(
     return None
 
 
-def accepts_json_and_sse(accept: str | None) -> bool:
-    """2026-07-28 "Sending Messages" 2: Accept lists both content types."""
-    if not accept:
-        return False
-    kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    return "*/*" in kinds or {"application/json", "text/event-stream"} <= kinds
-
-
 class ToolHeaderCache:
     """The x-mcp-header parameters of each tool, learnt from tools/list
     results: the front validates the Mcp-Param-* headers of later calls with
