@@ -22,7 +22,6 @@ import anyio
 import pytest
 
 from gateway import era, wire
-from gateway.backs import http_wire
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
 from gateway.backs.http_connector import HttpConnector
 from gateway.client_link import ClientLink
@@ -116,25 +115,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-# -- pure helpers: the SSE parser ------------------------------------------------------
-
-
-def test_sse_parser_handles_line_endings_comments_priming_and_split_chunks() -> None:
-    parser = http_wire.SseParser(max_bytes=1000)
-    stream = (
-        b'\xef\xbb\xbfid: 1\r\ndata:\r\n\r\n: comment\n\nevent: message\ndata: {"a":\rdata: 1}\n\n'
-    )
-    events = [e for i in range(len(stream)) for e in parser.feed(stream[i : i + 1])]
-    events += parser.close()
-    assert [(e.id, e.data) for e in events] == [("1", ""), ("1", '{"a":\n1}')]
-
-
-def test_sse_parser_drops_oversized_events() -> None:
-    parser = http_wire.SseParser(max_bytes=20)
-    events = parser.feed(b"data: " + b"x" * 50 + b"\n\ndata: ok\n\n")
-    assert [e.data for e in events] == ["ok"] and parser.oversized == 1
 
 
 # -- modern servers (2026-07-28 streamable-http) --------------------------------------

@@ -443,3 +443,22 @@ def test_modern_meta_is_what_the_binding_reads() -> None:
     }
     assert "does not match _meta" in mismatch_text(check(msg, headers))
     assert msg["params"]["_meta"][era.PROTOCOL_VERSION] == V
+
+
+def test_the_tool_cache_learns_listed_tools_and_leaves_invalid_ones_out() -> None:
+    """ "Schema Extension": "Clients using the Streamable HTTP transport MUST
+    reject tool definitions where any `x-mcp-header` value violates these
+    constraints. Rejection means the client MUST exclude the invalid tool from
+    the result of `tools/list`." One rule for both sides: the back filters the
+    list it hands on, the front forgets what a tool it knew no longer has."""
+    cache = hb.ToolHeaderCache()
+    good = {"name": "query", "inputSchema": TOOL_SCHEMA}
+    bad = {"name": "bad", "inputSchema": {"properties": {"x": {"x-mcp-header": "a b"}}}}
+    kept, excluded = cache.take([good, bad, "not a tool", {"name": 3}])
+    assert kept == [good, "not a tool", {"name": 3}]
+    assert [name for name, _ in excluded] == ["bad"] and "HTTP token" in excluded[0][1]
+    assert cache.known() == {"query": TOOL_PARAMS} and cache.by_name == cache.known()
+    # Listed again with a broken annotation, the tool is forgotten.
+    broken = {"name": "query", "inputSchema": {"properties": {"r": {"x-mcp-header": ""}}}}
+    kept, _ = cache.take([broken])
+    assert kept == [] and cache.params("query") is None

@@ -150,10 +150,10 @@ async def post_echo(client: httpx.AsyncClient, msg_id: int = 1) -> httpx.Respons
     )
 
 
-# -- the uvicorn internals http_limits.py relies on ---------------------------------
+# -- the uvicorn internals limited_protocol.py relies on ---------------------------------
 def test_the_uvicorn_internals_the_limits_rely_on_are_there() -> None:
     """pyproject pins uvicorn to the versions this was checked against; if a
-    new one changes what gateway/fronts/http_limits.py replaces (data_received,
+    new one changes what gateway/fronts/limited_protocol.py replaces (data_received,
     on_response_complete: rewritten there), extends or reads, this fails
     loudly instead of the limits silently not applying."""
     import uvicorn
@@ -181,7 +181,7 @@ def test_the_uvicorn_internals_the_limits_rely_on_are_there() -> None:
         "on_message_complete": "1fbad42dc31fc01f",
         "connection_made": "6efb565ff3d36b91",
         "connection_lost": "c91a4c9bf2e29c55",
-    }, "uvicorn's httptools protocol changed: review gateway/fronts/http_limits.py"
+    }, "uvicorn's httptools protocol changed: review gateway/fronts/limited_protocol.py"
     cycle = httptools_impl.RequestResponseCycle.__init__.__code__.co_names
     for attr in ("disconnected", "message_event", "response_started", "response_complete"):
         assert attr in cycle, attr
@@ -380,6 +380,22 @@ async def test_at_the_connection_cap_idle_and_slow_connections_make_room(
         assert status == 503 and body["error"]["data"]["reason"] == "evicted"
         for stream in slow:
             await stream.aclose()
+
+
+def test_the_connection_cap_fits_the_open_files_limit() -> None:
+    """Issue: "at the common 1,024 open-files limit about 1,100 idle
+    connections stop all service". The cap and the listen backlog leave room
+    for the descriptors asyncio accepts before the guard sees them; a
+    generous limit keeps the configured cap and uvicorn's backlog."""
+    from gateway.fronts import http_limits
+
+    roomy = http_limits.capacity(1000, 1 << 20, 16)
+    assert roomy == http_limits.Capacity(1000, http_limits.MAX_BACKLOG)
+    tight = http_limits.capacity(1000, 1024, 1)
+    budget = 1024 - http_limits.FD_RESERVE - http_limits.FD_PER_UPSTREAM_SESSION
+    assert tight.connections < 1000 and tight.backlog >= 1
+    assert tight.connections + http_limits.BACKLOGS_IN_FLIGHT * tight.backlog <= budget
+    assert http_limits.capacity(1000, 10, 1000).connections == 1  # never none at all
 
 
 async def test_an_idle_flood_under_a_low_open_files_limit_does_not_stop_service(

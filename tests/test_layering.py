@@ -14,8 +14,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gateway"
 
-# The layers that decide what the protocol means, and do no I/O.
-PURE = ["wire.py", "era.py", "translate.py", "inbound.py", "upstream_errors.py", "core"]
+# The layers that decide what the protocol means, and do no I/O; the HTTP
+# back's wire mapping (what each answer of a server means) too.
+PURE = [
+    "wire.py",
+    "era.py",
+    "translate.py",
+    "inbound.py",
+    "upstream_errors.py",
+    "core",
+    "backs/http_wire.py",
+]
 FORBIDDEN = {
     "anyio",
     "structlog",

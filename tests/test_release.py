@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 
 from gateway import wire
-from gateway.fronts import http_front
+from gateway.fronts import http_calls
 from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import UpstreamSession
@@ -248,7 +248,7 @@ def _break_answer(monkeypatch: pytest.MonkeyPatch, g: HttpGateway) -> None:
     async def answer(*args: Any, **kwargs: Any) -> None:
         raise Injected("answer")
 
-    monkeypatch.setattr(http_front, "answer_request", answer)
+    monkeypatch.setattr(http_calls, "answer_request", answer)
 
 
 HTTP_STEPS = {"open the stream": _break_open, "hand over": _break_handle, "answer": _break_answer}

@@ -207,7 +207,7 @@ class HttpClient:
                 except TimeoutError:
                     raise HttpClientError("the upstream stopped sending mid-body") from None
                 except (OSError, anyio.BrokenResourceError, h11.ProtocolError) as exc:
-                    raise HttpClientError(_describe(exc)) from None
+                    raise HttpClientError(describe(exc)) from None
                 if isinstance(event, h11.Data):
                     yield bytes(event.data)
                 elif isinstance(event, h11.EndOfMessage):
@@ -271,13 +271,13 @@ class HttpClient:
                     # it: nothing of the request was answered, so it is sent
                     # again on a new connection (httpcore does the same).
                     continue
-                raise HttpClientError(_describe(exc) or "connection closed") from None
+                raise HttpClientError(describe(exc) or "connection closed") from None
             except TimeoutError:
                 await connection.aclose()
                 raise HttpClientError("timed out waiting for the upstream") from None
             except (OSError, h11.ProtocolError, ssl.SSLError) as exc:
                 await connection.aclose()
-                raise HttpClientError(_describe(exc)) from None
+                raise HttpClientError(describe(exc)) from None
             except BaseException:
                 await connection.aclose()
                 raise
@@ -323,7 +323,7 @@ class HttpClient:
         except TimeoutError:
             raise HttpClientError(f"connecting to {origin.host}:{origin.port} timed out") from None
         except (OSError, ssl.SSLError) as exc:
-            raise HttpClientError(_describe(exc)) from None
+            raise HttpClientError(describe(exc)) from None
         return _Connection(origin, stream)
 
     async def _release(self, connection: _Connection) -> None:
@@ -342,6 +342,7 @@ def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return out
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """An exception as one log-line or error-message phrase."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,6 +1,8 @@
-"""Streamable HTTP details of the HTTP back that need no I/O: the SSE parser
-and HTTP failures turned into JSON-RPC replies. Pure functions over bytes,
-strings and dicts. The request metadata headers are the binding's
+"""Streamable HTTP details of the HTTP back that need no I/O: the SSE parser,
+HTTP failures turned into JSON-RPC replies, and what a client makes of each
+answer the server gives (a session id, a version, a refusal that calls for a
+retry or a fallback, a GET stream's status, a JSON body). Pure functions over
+bytes, strings and dicts. The request metadata headers are the binding's
 (`gateway.core.http_binding`), shared with the HTTP front.
 """
 
@@ -13,6 +15,7 @@ from urllib.parse import urljoin, urlsplit
 import orjson
 
 from gateway import era, wire
+from gateway.core import upstream_checks
 from gateway.core.http_binding import UNAUTHORIZED_REASON
 
 ACCEPT = "application/json, text/event-stream"
@@ -25,6 +28,102 @@ def modern_meta(msg: wire.Message) -> dict[str, Any]:
     made on its behalf, such as a tools/list refresh)."""
     meta = era.meta_of(msg) or {}
     return {k: v for k, v in meta.items() if k.startswith(era.PREFIX)}
+
+
+# -- what the answers to our requests set up ----------------------------------------
+def session_id_from(request: wire.Message, header: str | None) -> str | None:
+    """The session a legacy `initialize` answered with success opens
+    (2025-11-25 "Session Management": the id comes with the InitializeResult,
+    visible ASCII only). mcp 1.x sets one on refusals too: only this one
+    counts, so the caller asks only for a 2xx answer."""
+    if request["method"] != "initialize" or era.is_modern(request):
+        return None
+    if header and all("!" <= ch <= "~" for ch in header):
+        return header
+    return None
+
+
+def negotiated_version(reply: wire.Message) -> str | None:
+    """The protocol version an InitializeResult names (then sent as the
+    MCP-Protocol-Version header of every later request)."""
+    result = reply.get("result")
+    if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
+        return str(result["protocolVersion"])
+    return None
+
+
+def asks_header_refresh(request: wire.Message, reply: wire.Message) -> bool:
+    """2026-07-28 "Client Behavior": a modern tools/call refused with
+    HeaderMismatch (-32020) is retried once, after the tools' schemas are
+    read again, with the headers they now call for."""
+    error = reply.get("error")
+    return (
+        request["method"] == "tools/call"
+        and era.is_modern(request)
+        and isinstance(error, dict)
+        and error.get("code") == wire.HEADER_MISMATCH
+    )
+
+
+def may_be_http_sse(request: wire.Message, status: int | None, reply: wire.Message) -> bool:
+    """2025-11-25 "Backwards Compatibility": a legacy `initialize` POST
+    refused with 400/404/405 (and, 2026-07-28, no modern error in the body)
+    means the URL may be an old HTTP+SSE endpoint."""
+    return (
+        request["method"] == "initialize"
+        and not era.is_modern(request)
+        and status in (400, 404, 405)
+        and not is_modern_error(reply)
+    )
+
+
+# What a GET for an event stream got (2025-11-25 "Listening for Messages from
+# the Server", "Resumability and Redelivery"): a stream to read; the session
+# is over (404 on our session id); no GET stream offered (405); refused (any
+# other 4xx, or a 2xx that is no event stream); an outage to try again (5xx).
+STREAM, SESSION_GONE, NO_GET_STREAM, GET_REFUSED, GET_AGAIN = (
+    "stream",
+    "session-gone",
+    "no-get-stream",
+    "refused",
+    "again",
+)
+
+
+def get_outcome(status: int, content_type: str, sent_session: bool) -> str:
+    if 200 <= status < 300:
+        return STREAM if "event-stream" in content_type else GET_REFUSED
+    if status == 404 and sent_session:
+        return SESSION_GONE
+    if status == 405:
+        return NO_GET_STREAM
+    if 400 <= status < 500:
+        return GET_REFUSED
+    return GET_AGAIN
+
+
+def json_answer(
+    msg_id: wire.RequestId, status: int, content_type: str, body: bytes
+) -> list[wire.Message | upstream_checks.Refused] | wire.Message:
+    """The messages of a 2xx JSON answer to request `msg_id`, each screened
+    (a refused one stands for what the caller or the server gets instead),
+    or, when the answer cannot carry the reply, the error the caller gets."""
+    if status == 202 or not body:
+        why = f"HTTP {status} with no reply to a request"
+        return upstream_checks.malformed_reply(msg_id, why)
+    if content_type != "application/json":
+        why = f"unexpected content type {content_type or '(none)'}"
+        return upstream_checks.malformed_reply(msg_id, why)
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return upstream_checks.malformed_reply(msg_id, "the HTTP body is not JSON")
+    deep = upstream_checks.may_nest_too_deep(body)
+    return [upstream_checks.screen_value(item, deep=deep) for item in _items(value)]
+
+
+def _items(value: object) -> list[object]:
+    return value if isinstance(value, list) else [value]
 
 
 # -- HTTP failures as JSON-RPC replies --------------------------------------------

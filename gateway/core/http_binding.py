@@ -304,17 +304,10 @@ def check_modern_headers(
     return None
 
 
-def accepts_json_and_sse(accept: str | None) -> bool:
-    """2026-07-28 "Sending Messages" 2: Accept lists both content types."""
-    if not accept:
-        return False
-    kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    return "*/*" in kinds or {"application/json", "text/event-stream"} <= kinds
-
-
 class ToolHeaderCache:
     """The x-mcp-header parameters of each tool, learnt from tools/list
-    results, to validate the Mcp-Param-* headers of later calls."""
+    results: the front validates the Mcp-Param-* headers of later calls with
+    them, the back writes them."""
 
     def __init__(self) -> None:
         self._tools: dict[str, tuple[HeaderParam, ...]] = {}
@@ -325,16 +318,34 @@ class ToolHeaderCache:
     def known(self) -> dict[str, tuple[HeaderParam, ...]]:
         return dict(self._tools)
 
+    @property
+    def by_name(self) -> Mapping[str, tuple[HeaderParam, ...]]:
+        """The table itself (no copy), for `modern_headers`."""
+        return self._tools
+
     def observe(self, reply: dict[str, Any]) -> None:
         result = reply.get("result")
         tools = result.get("tools") if isinstance(result, dict) else None
-        if not isinstance(tools, list):
-            return
+        if isinstance(tools, list):
+            self.take(tools)
+
+    def take(self, tools: list[Any]) -> tuple[list[Any], list[tuple[str, str]]]:
+        """Learn the annotated arguments of listed tools. A tool whose
+        annotations are invalid is forgotten and left out: a client excludes
+        it from tools/list ("Schema Extension"), so no header of a call to it
+        is one either side knows. Returns the tools kept and, for each one
+        left out, its name and why."""
+        kept: list[Any] = []
+        excluded: list[tuple[str, str]] = []
         for tool in tools:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                try:
-                    self._tools[tool["name"]] = tool_header_params(tool)
-                except InvalidAnnotation:
-                    # A client excludes the tool ("Schema Extension"), so no
-                    # header of a call to it is one the front knows.
-                    self._tools.pop(tool["name"], None)
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                kept.append(tool)
+                continue
+            try:
+                self._tools[tool["name"]] = tool_header_params(tool)
+            except InvalidAnnotation as exc:
+                self._tools.pop(tool["name"], None)
+                excluded.append((tool["name"], str(exc)))
+                continue
+            kept.append(tool)
+        return kept, excluded

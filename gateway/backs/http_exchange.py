@@ -1,0 +1,95 @@
+"""One POST to the upstream and what it got: a request's answer delivered
+(or the refusal its caller gets instead), a notification's or a response's
+202. A 404 on our session id ends the session (2025-11-25 "Session
+Management"), whatever was POSTed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+import structlog
+
+from gateway import wire
+from gateway.backs import http_wire
+from gateway.backs.http_client import HttpClientError, describe
+from gateway.backs.http_session import Deliver, HttpSession
+from gateway.backs.http_stream import HttpRefusal, StreamReader
+
+log = structlog.get_logger("gateway.backs.http")
+
+
+class HttpExchange:
+    def __init__(
+        self, session: HttpSession, reader: StreamReader, session_gone: Callable[[str], None]
+    ) -> None:
+        self._session = session
+        self._reader = reader
+        self._session_gone = session_gone
+
+    async def request(self, msg: wire.Message, deliver: Deliver) -> HttpRefusal | None:
+        """POST one request. Messages of a 2xx answer go to `deliver` as they
+        come; anything else is returned as a refusal for the caller to judge."""
+        msg_id = msg["id"]
+        session = self._session
+        headers = session.headers(msg)
+        sent_session = "Mcp-Session-Id" in headers
+        try:
+            async with session.client.stream(
+                "POST",
+                session.post_url,
+                content=orjson.dumps(msg),
+                headers=headers,
+                timeout=session.stream_timeout,
+            ) as resp:
+                if resp.is_success:
+                    if session.sse_endpoint is not None:
+                        await self._reader.read_body(resp)  # read, so the connection is reused
+                        return None  # 2024-11-05: the answer comes on the SSE stream
+                    session.take_session(msg, resp.headers.get("mcp-session-id"))
+                    return await self._reader.read_answer(msg_id, resp, deliver)
+                body = await self._reader.read_body(resp)
+                if resp.status_code == 404 and sent_session:
+                    self._session_gone("session ended by the server (HTTP 404)")
+                    return None
+                challenge = resp.headers.get("www-authenticate")
+                return HttpRefusal(
+                    http_wire.refusal_reply(msg_id, resp.status_code, body, challenge),
+                    resp.status_code,
+                )
+        except HttpClientError as exc:
+            return HttpRefusal(http_wire.failure_reply(msg_id, describe(exc)), None)
+
+    async def message(self, msg: wire.Message) -> bool:
+        """POST a notification or a response (the server answers 202 and
+        nothing more); True if the server took it."""
+        session = self._session
+        headers = session.headers(msg)
+        try:
+            async with session.client.stream(
+                "POST",
+                session.post_url,
+                content=orjson.dumps(msg),
+                headers=headers,
+                timeout=session.short_timeout,
+            ) as resp:
+                body = await self._reader.read_body(resp)
+        except HttpClientError as exc:
+            log.warning("upstream POST failed", what=_what(msg), error=describe(exc))
+            return False
+        if resp.status_code == 404 and "Mcp-Session-Id" in headers:
+            self._session_gone("session ended by the server (HTTP 404)")
+            return False
+        if not resp.is_success:
+            log.warning(
+                "upstream refused a message",
+                what=_what(msg),
+                status=resp.status_code,
+                body=(body or b"")[:200].decode("utf-8", "replace"),
+            )
+            return False
+        return True
+
+
+def _what(msg: wire.Message) -> str:
+    return str(msg.get("method") or f"reply to {msg.get('id')!r}")

@@ -1,0 +1,124 @@
+"""The gateway's settings: one frozen dataclass, its defaults, and its
+canonical form. Checking is checks.py's; reading the TOML file toml_file.py's;
+the command line overrides with `with_overrides` (the CLI wins)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gateway.config import checks
+from gateway.config.checks import normalize_listen
+from gateway.translate import CacheHint
+
+DEFAULT_CLIENT_INFO = {"name": "mcp-era-gateway", "version": "0.1.0"}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    # Downstream
+    listen: str = "stdio"
+    # Upstream: a command to spawn (stdio back) or a URL (Streamable HTTP back)
+    command: tuple[str, ...] = ()
+    upstream_url: str | None = None
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    upstream_era: str = "auto"  # auto | modern | legacy
+    client_info: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CLIENT_INFO))
+    max_sessions: int = 1  # per principal: legacy sessions, one per declared feature set
+    # Legacy upstream processes (or HTTP sessions) across all principals; past
+    # it the least recently used idle one is stopped.
+    max_processes: int = 16
+    # Bounds (seconds, bytes, counts)
+    probe_timeout: float = 5.0
+    startup_timeout: float = 30.0
+    request_timeout: float = 120.0
+    listen_timeout: float = 86400.0  # the longest a subscriptions/listen may stay open
+    # Vendor methods a modern client may send a legacy server as they are.
+    passthrough_methods: frozenset[str] = frozenset()
+    shutdown_grace: float = 5.0  # to drain in-flight calls at shutdown
+    # After closing the upstream's stdin, how long before SIGTERM (and again
+    # before SIGKILL). Short by default: MCP clients give their server about
+    # 2 s between closing its stdin and SIGTERM.
+    upstream_exit_grace: float = 1.5
+    restart_backoff_initial: float = 0.25
+    restart_backoff_max: float = 10.0
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_inflight_per_client: int = 256
+    # Cache hints for translated results (2026-07-28 "Caching")
+    cache_ttl_ms: dict[str, int] = field(default_factory=dict)
+    cache_scope: dict[str, str] = field(default_factory=dict)
+    default_ttl_ms: int = 0
+    notified_ttl_ms: int = 60_000
+    default_cache_scope: str = "private"
+    # MRTR bridge (DESIGN §5.1.6-5.1.8)
+    state_key: str | None = None  # HMAC key for requestState; random per process when unset
+    instance_id: str | None = None  # names this replica in requestState; random when unset
+    state_ttl: float = 300.0  # how long a parked call waits for the client's retry
+    max_rounds: int = 8
+    # Server requests that arrive in one read always share an input_required;
+    # a window (seconds) also waits for ones written further apart.
+    input_batch_window: float = 0.0
+    max_parked_calls: int = 1000
+    replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
+    # [upstream] roots: answer roots/list when no client call can carry it
+    static_roots: tuple[dict[str, Any], ...] = ()
+    # HTTP front (--listen HOST:PORT)
+    http_allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+    http_allowed_origins: tuple[str, ...] = ()
+    http_tokens: dict[str, str] = field(default_factory=dict)  # principal -> bearer token
+    # name -> bearer token for /metrics and /readyz details (http_tokens when empty)
+    http_admin_tokens: dict[str, str] = field(default_factory=dict)
+    http_max_sessions: int = 1000
+    http_session_idle: float = 1800.0
+    http_max_concurrent: int = 64  # requests in progress per principal
+    # Connection limits (gateway/fronts/http_limits.py and its parts)
+    http_max_header_bytes: int = 32 * 1024  # request line + headers (431 beyond)
+    http_header_timeout: float = 10.0  # the whole head must arrive within it (408)
+    http_body_timeout: float = 30.0  # the whole body must arrive within it (408)
+    http_idle_timeout: float = 30.0  # a connection with no request is closed after it
+    http_max_connections: int = 1000  # the oldest idle one makes room, else 503
+    # 2025-11-25 resumable streams (gateway/fronts/legacy_streams.py): close a
+    # call's SSE stream after this long (0: never) so that no response is held
+    # longer than an intermediary allows; the client reconnects after
+    # `sse_retry` and resumes; a call with no client attached for
+    # `sse_resume_window` is cancelled.
+    http_sse_poll_after: float = 0.0
+    http_sse_retry: float = 1.0
+    http_sse_resume_window: float = 30.0
+    # Send the client's own Authorization header upstream (HTTP front and back
+    # only); upstream sessions are then keyed by that credential.
+    http_forward_authorization: bool = False
+    # Logging
+    log_level: str = "info"
+    log_format: str = "console"  # console | json
+
+    def cache_hint(self, method: str, notified: bool = False) -> CacheHint:
+        """The hints for a translated result. `notified`: the upstream declares
+        change notifications for it, so a client that listens learns of changes
+        and a longer freshness is safe (2026-07-28 "Interaction with Notifications")."""
+        default = self.notified_ttl_ms if notified else self.default_ttl_ms
+        return CacheHint(
+            ttl_ms=self.cache_ttl_ms.get(method, default),
+            scope=self.cache_scope.get(method, self.default_cache_scope),
+        )
+
+    def with_overrides(self, **overrides: Any) -> Config:
+        cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg = cfg.normalized()
+        cfg.check()
+        return cfg
+
+    def normalized(self) -> Config:
+        """The same settings in canonical form: `listen` as HOST:PORT (a URL
+        form is accepted), the log level and format in lower case."""
+        return replace(
+            self,
+            listen=normalize_listen(self.listen),
+            log_level=self.log_level.lower(),
+            log_format=self.log_format.lower(),
+        )
+
+    def check(self) -> None:
+        checks.check(self)

@@ -1,0 +1,130 @@
+"""The legacy clients' sessions on the HTTP front (2025-11-25 basic/transports
+"Session Management"): minted when an `initialize` opens one upstream, found
+by Mcp-Session-Id for the principal that opened it and no other, ended by
+DELETE, idle expiry or shutdown; each with its GET stream (2025-11-25
+"Listening for Messages from the Server") and its resumable streams."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import anyio
+import structlog
+
+from gateway import wire
+from gateway.client_link import ClientLink
+from gateway.core.routing import LegacyClientSession
+from gateway.fronts.asgi import Receive, Send
+from gateway.fronts.http_answers import HttpError, serve_session_stream
+from gateway.fronts.http_calls import HttpCalls
+from gateway.fronts.http_output import HttpOutput
+from gateway.fronts.legacy_session import LegacySession
+from gateway.fronts.port import GatewayPort
+
+log = structlog.get_logger("gateway.fronts.http")
+
+
+class HttpSessions:
+    def __init__(self, service: GatewayPort, calls: HttpCalls) -> None:
+        self.service = service
+        self.calls = calls
+        self.by_id: dict[str, LegacySession] = {}
+        self._max = service.config.http_max_sessions
+        self._idle = service.config.http_session_idle
+
+    async def initialize(
+        self, principal: str, msg: wire.Message, receive: Receive, send: Send
+    ) -> None:
+        """Run a legacy `initialize`; its answer carries the new session's id
+        if it opened a session upstream."""
+        if len(self.by_id) >= self._max:
+            raise HttpError(503, "Too many sessions", wire.INTERNAL_ERROR, msg.get("id"))
+        output = HttpOutput()
+        link = ClientLink(
+            send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
+        )
+        session = LegacySession(secrets.token_urlsafe(24), link, output)
+        self.service.links.add(link)
+        opened: list[LegacyClientSession | None] = []
+
+        def extra(reply: wire.Message) -> list[tuple[bytes, bytes]]:
+            opened.append(link.session)
+            if link.session is None:
+                return []
+            self.by_id[session.id] = session
+            log.info("http session opened", session=session.id[:8], principal=principal)
+            return [(b"mcp-session-id", session.id.encode())]
+
+        try:
+            await self.calls.run(
+                link, output, msg, receive, send, modern=False, extra_headers=extra
+            )
+        finally:
+            if not opened or opened[0] is None:
+                self.service.drop_link(link)
+
+    def find(
+        self, session_id: str | None, principal: str, msg_id: wire.RequestId | None
+    ) -> LegacySession:
+        """The session a request names, seen now; another principal's is not found."""
+        if session_id is None:
+            raise HttpError(400, "Bad Request: Mcp-Session-Id header is required", msg_id=msg_id)
+        session = self.by_id.get(session_id)
+        if session is None:
+            raise HttpError(404, "Session not found", msg_id=msg_id)
+        if session.link.principal != principal:
+            raise HttpError(404, "Session not found", msg_id=msg_id)
+        session.last_seen = time.monotonic()
+        return session
+
+    async def serve_get(
+        self,
+        session_id: str,
+        last_event_id: str | None,
+        principal: str,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """A session's GET: its one GET stream, or with Last-Event-ID
+        (2025-11-25 "Resumability and Redelivery") the stream it names, resumed."""
+        session = self.find(session_id, principal, None)
+        if last_event_id is not None:
+            if not await self.calls.streams.resume(session.streams, last_event_id, receive, send):
+                raise HttpError(
+                    400,
+                    "Bad Request: Last-Event-ID names no stream of this session that can be"
+                    " resumed (it ended, expired, or was never sent)",
+                    reason="unknown-event-id",
+                )
+            return
+        stream = session.output.open_get()
+        if stream is None:
+            raise HttpError(409, "Conflict: this session already has a GET stream")
+        try:
+            await serve_session_stream(stream, receive, send)
+        finally:
+            session.output.close_get()
+            stream.close()
+
+    def end(self, session: LegacySession, why: str) -> None:
+        self.by_id.pop(session.id, None)
+        self.service.drop_link(session.link)
+        session.output.close_all()
+        log.info("http session ended", session=session.id[:8], why=why)
+
+    def end_get_streams(self) -> None:
+        for session in self.by_id.values():
+            session.output.close_get()
+
+    async def expire_idle(self) -> None:
+        """End sessions nobody used for `http_session_idle` seconds; sweep
+        the ended streams the others keep for resumption."""
+        while True:  # each pass sleeps a tenth of the idle limit
+            await anyio.sleep(min(self._idle / 10, 60))
+            cutoff = time.monotonic() - self._idle
+            for session in list(self.by_id.values()):
+                if session.last_seen < cutoff and not session.link.inflight:
+                    self.end(session, "idle")
+                else:
+                    session.streams.sweep(anyio.current_time(), self.calls.streams.window)
