@@ -24,6 +24,7 @@ import pytest
 from gateway import era, wire
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
 from gateway.backs.http_connector import HttpConnector
+from gateway.backs.http_stream import StreamReader
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import http_binding
@@ -488,6 +489,29 @@ async def test_endpoint_on_another_origin_is_refused() -> None:
         init = await legacy_handshake(c)
     assert init["error"]["data"]["status"] == 405
     assert c.sse_endpoint is None
+
+
+async def test_a_failure_reading_the_http_sse_stream_is_one_line_not_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A defect found splitting the back: the HTTP+SSE stream's reader ran
+    unguarded in the connection's task group, so an unexpected failure in it
+    took every task of the connection down with a traceback. It runs guarded
+    now, like every other task of the connection: one log line, and the
+    connection still ends cleanly when closed."""
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a defect in the reader")
+
+    monkeypatch.setattr(StreamReader, "handle_event", broken)
+    with log_events() as logs:
+        async with serve(OldSseHttp(), path="/sse") as server, connection(server.url) as c:
+            await exchange(c, modern(1, "server/discover"))
+            init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {}}
+            await c.send(wire.request(2, "initialize", init))
+            failed = await logs.wait_for("upstream http task failed")
+    assert failed["task"] == "_read_stream" and "a defect in the reader" in failed["error"]
+    assert [e["event"] for e in logs.entries].count("upstream http task failed") == 1
 
 
 # -- the whole gateway over the HTTP back ---------------------------------------------

@@ -348,9 +348,8 @@ class HttpServerConnection:
 
     # -- the deprecated HTTP+SSE transport (2024-11-05) ------------------------------
     async def _open_sse_transport(self) -> bool:
-        assert self._tg is not None  # called from one of its tasks
         return await open_http_sse(
-            self._tg,
+            self._spawn,
             self._session,
             self._reader,
             self._max_bytes,

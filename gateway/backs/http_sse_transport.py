@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import anyio
 import structlog
-from anyio.abc import TaskGroup
 
 from gateway.backs import http_wire
 from gateway.backs.http_client import HttpClientError, describe
@@ -21,8 +20,13 @@ from gateway.backs.http_wire import SseParser
 log = structlog.get_logger("gateway.backs.http")
 
 
+# Starts a task that the connection owns and guards: an unexpected failure
+# in it is one log line, never the connection's whole task group.
+Spawn = Callable[..., None]
+
+
 async def open_http_sse(
-    tg: TaskGroup,
+    spawn: Spawn,
     session: HttpSession,
     reader: StreamReader,
     max_bytes: int,
@@ -30,10 +34,10 @@ async def open_http_sse(
     deliver: Deliver,
     session_gone: Callable[[str], None],
 ) -> bool:
-    """Start reading the stream in `tg`; True once it names where to POST
-    (`session.sse_endpoint`), False if it does not within the read timeout."""
+    """Start reading the stream with `spawn`; True once it names where to
+    POST (`session.sse_endpoint`), False if it does not within the read timeout."""
     found = anyio.Event()
-    tg.start_soon(_read_stream, session, reader, max_bytes, found, deliver, session_gone)
+    spawn(_read_stream, session, reader, max_bytes, found, deliver, session_gone)
     with anyio.move_on_after(session.read_timeout):
         await found.wait()
     if session.sse_endpoint is None:
