@@ -135,6 +135,20 @@ async def test_health_ready_and_metrics() -> None:
 
 
 @on_mock_clock
+async def test_every_400_is_counted_in_the_metrics() -> None:
+    """/metrics counts the requests refused at the HTTP layer by status; a
+    defect found splitting the front: a modern POST without its per-request
+    `_meta` fields got its 400 uncounted (every other 400 was counted)."""
+    async with gateway() as (gw, _):
+        c = gw.client
+        bare = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        refused = await post(c, bare, modern_headers("tools/list"))
+        text = (await c.get("/metrics")).text
+    assert refused.status_code == 400
+    assert 'mcp_gateway_http_errors_total{status="400"} 1' in text
+
+
+@on_mock_clock
 async def test_modern_call_and_spec_status_codes() -> None:
     """2026-07-28 streamable-http "Server Validation" and "Sending Messages":
     a header that contradicts the body is -32020 with HTTP 400, an unknown

@@ -186,6 +186,7 @@ class HttpFront:
         missing = http_requests.missing_request_fields(msg)
         if missing is not None:
             # A modern header over a body without the per-request fields.
+            self.metrics.count_http_error(400)
             await respond(send, 400, missing)
             return
         name = (msg.get("params") or {}).get("name")
