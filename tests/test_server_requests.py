@@ -193,6 +193,27 @@ def test_a_gateway_call_has_no_client_id_to_fail() -> None:
     )
 
 
+def test_a_modern_servers_request_is_refused_and_fails_no_call() -> None:
+    """2026-07-28 basic/patterns/mrtr: server-initiated requests are no longer
+    supported; a server asks with input_required. A defect the upstream fuzz
+    test found: a hostile 2026-07-28 server's roots/list, arriving while one
+    modern client's call was the only one on the shared connection, failed that
+    call with -32021. It is refused (one rate-limited line) and fails nothing."""
+    call = OwnerCall(41, "tools/call", "client-7")
+    for claim in (alone(MODERN, call), alone(LEGACY_SAMPLER), Claim("held", None, None)):
+        assert (
+            Playbook(desk(), logs=True)
+            >> arrived(LIST_ROOTS, claim, server_is_modern=True)
+            << Log(
+                "request from a 2026-07-28 server refused",
+                "warning",
+                {"method": "roots/list"},
+                rate_limited=True,
+            )
+            << refused(9, "asks for client input with input_required")
+        )
+
+
 # -- answered by the gateway ------------------------------------------------------------
 
 
@@ -325,6 +346,7 @@ CALLS = st.lists(
     dual=st.booleans(),
     outside=st.booleans(),
     roots=st.booleans(),
+    modern=st.booleans(),
 )
 def test_every_request_gets_exactly_one_answer_or_one_owner(
     method: str,
@@ -337,6 +359,7 @@ def test_every_request_gets_exactly_one_answer_or_one_owner(
     dual: bool,
     outside: bool,
     roots: bool,
+    modern: bool,
 ) -> None:
     """Whatever a server sends and whoever is around, the server gets exactly
     one answer or the request exactly one owner (nothing is left unanswered,
@@ -344,7 +367,14 @@ def test_every_request_gets_exactly_one_answer_or_one_owner(
     msg = wire.request(99, method, params)
     claim = Claim("held" if held else None, holder, sole, tuple(calls))
     commands: list[Command] = desk(max_waiting=4, static_roots=ROOTS if roots else ()).handle(
-        arrived(msg, claim, dual_legacy=dual, waiting=waiting, outside_calls=outside)
+        arrived(
+            msg,
+            claim,
+            dual_legacy=dual,
+            waiting=waiting,
+            outside_calls=outside,
+            server_is_modern=modern,
+        )
     )
     owners = [c for c in commands if isinstance(c, AskClient | HandToHeldCall | RespondToServer)]
     assert len(owners) == 1, commands
@@ -354,3 +384,6 @@ def test_every_request_gets_exactly_one_answer_or_one_owner(
         assert owners[0].client.session is not None  # only legacy clients are asked
     for failed in (c for c in commands if isinstance(c, FailClientCall)):
         assert failed.reply["error"]["code"] == wire.MISSING_REQUIRED_CLIENT_CAPABILITY
+        assert not modern  # a 2026-07-28 server's request is no call's
+    if modern and method != "ping":
+        assert isinstance(owners[0], RespondToServer)

@@ -71,6 +71,8 @@ class ServerRequestArrived(Event, Generic[C]):
     claim: Claim[C]
     # A dual-era server's legacy session is a legacy client's own (DESIGN §5.3).
     dual_legacy: bool = False
+    # The session speaks 2026-07-28, which has no server requests at all.
+    server_is_modern: bool = False
     # Server requests of this session already waiting for a client.
     waiting: int = 0
     # The HTTP back saw it on the GET stream, outside any call.
@@ -135,6 +137,26 @@ class ServerRequests(Generic[C]):
         if method == "ping" and not event.dual_legacy:
             # DESIGN §5.1.5: the gateway answers the legacy server's ping itself.
             return [RespondToServer(wire.result_response(msg_id, {}))]
+        if event.server_is_modern:
+            # 2026-07-28 basic/patterns/mrtr: a server asks for input with
+            # input_required, never with a request of its own. Such a request
+            # names no call and is no client's, so none is failed for it.
+            return [
+                Log(
+                    "request from a 2026-07-28 server refused",
+                    "warning",
+                    {"method": method[:100]},
+                    rate_limited=True,
+                ),
+                RespondToServer(
+                    wire.error_response(
+                        msg_id,
+                        wire.METHOD_NOT_FOUND,
+                        f"{method[:100]} refused: a 2026-07-28 server asks for client input"
+                        " with input_required, not with requests",
+                    )
+                ),
+            ]
         limit = self.settings.max_waiting
         if event.waiting >= limit:
             return [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import structlog
 
-from gateway import wire
+from gateway import era, wire
 from gateway.client_link import ClientLink, ForwardedServerRequest
 from gateway.config import Config
 from gateway.core import server_notifications as notes
@@ -51,6 +51,7 @@ class ServerRequestDesk:
             msg,
             self._claim(session),
             dual_legacy=session.key.dual_legacy,
+            server_is_modern=session.profile is not None and session.profile.era is era.Era.MODERN,
             waiting=session.serving,
             outside_calls=session.outside_calls(msg["id"]),
             session_features=session.key.features,
