@@ -15,14 +15,13 @@ from gateway import era, inbound, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import routing
-from gateway.core import subscriptions as subs_core
 from gateway.core.profile import UpstreamProfile
 from gateway.fronts.port import GatewaySnapshot, Readiness
 from gateway.runtime.client_calls import ClientCalls
+from gateway.runtime.client_subscriptions import ClientSubscriptions
 from gateway.runtime.listens import Listens
 from gateway.runtime.server_notifications import NotificationRouter
 from gateway.runtime.server_requests import ServerRequestDesk
-from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.runtime.upstream_supervisor import Connector
@@ -42,9 +41,10 @@ class GatewayService:
         self.links: set[ClientLink] = set()
         self.pool = UpstreamPool(config, self._on_server_message, tap, connect, corker=self)
         self.listens = Listens(config)
-        self.pool.on_session_lost = self._session_lost
+        self.subscriptions = subs = ClientSubscriptions(config, self.pool, self.listens)
+        self.pool.on_session_lost = subs.session_lost
         self.pool.in_use = self.listens.holds
-        self.calls = ClientCalls(config, self.pool, self.links, self.listens, self._session_listen)
+        self.calls = ClientCalls(config, self.pool, self.links, self.listens, subs.session_listen)
         self.bridge = self.calls.bridge
         self.legacy_input = self.calls.legacy_input
         self.server_requests = ServerRequestDesk(config, self.links, self.bridge)
@@ -125,7 +125,7 @@ class GatewayService:
             and profile.era is era.Era.MODERN
             and self._tg is not None
         ):
-            self._tg.start_soon(self._open_session_listen, link)
+            self._tg.start_soon(self.subscriptions.open_session_listen, link)
         upstream_msg = routing.route_notification(msg, link.session, profile)
         if upstream_msg is None:
             return
@@ -171,53 +171,6 @@ class GatewayService:
         else:
             await self.notifications.route(session, msg)
 
-    # -- subscriptions -----------------------------------------------------
-    def _session_listen(self, link: ClientLink) -> SessionListen:
-        if link.session_listen is None:
-            assert self._tg is not None
-
-            async def session_for() -> UpstreamSession:
-                return await self.pool.session_for(link.principal, {})
-
-            link.session_listen = SessionListen(self.config, link, self._tg, session_for)
-        listen: SessionListen = link.session_listen
-        return listen
-
-    async def _open_session_listen(self, link: ClientLink) -> None:
-        """A legacy session of a modern server hears list_changed from the start."""
-        try:
-            session = await self.pool.session_for(link.principal, {})
-            await self._session_listen(link).reopen(session)
-        except (UpstreamError, TimeoutError) as exc:
-            log.warning("cannot open the session's upstream listen", error=str(exc))
-
-    async def _session_lost(self, session: UpstreamSession) -> None:
-        principal = session.key.principal
-
-        async def replace() -> UpstreamSession:
-            return await self.pool.session_for(principal if principal != "*" else "local", {})
-
-        assert self._tg is not None
-        self._tg.start_soon(self.listens.session_lost, session, replace)
-
-    def end_subscriptions(self) -> None:
-        """Shutdown begins: listens end with their graceful closing result
-        (2026-07-28 subscriptions "Graceful Closure"): those the gateway serves
-        on a legacy server, and a modern client's listens passed through to a
-        modern server, which the server is told to drop."""
-        self.listens.end_all()
-        for session in list(self.pool.sessions.values()):
-            for upstream_id, pending in list(session.pending.items()):
-                if (
-                    pending.method == "subscriptions/listen"
-                    and pending.owner is not None
-                    and pending.client_id is not None
-                    and pending.tag is None  # not a legacy session's own listen
-                ):
-                    session.abandon_call(upstream_id, "the gateway is shutting down")
-                    closing = subs_core.closing_result(pending.client_id)
-                    pending.settle(wire.result_response(pending.client_id, closing))
-
     # -- batching and lifecycle --------------------------------------------
     def cork(self) -> None:
         for link in self.links:
@@ -230,8 +183,12 @@ class GatewayService:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.debug("client output closed", link=link.id)
 
+    def end_subscriptions(self) -> None:
+        """Shutdown begins: every listen ends with its graceful closing result."""
+        self.subscriptions.end_all()
+
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        self._tg = tg
+        self._tg = self.subscriptions.tg = tg
         self.calls.start(tg)
         await self.pool.start(tg)
 
