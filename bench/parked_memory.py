@@ -8,7 +8,7 @@ such a call holds its session alone), and the stdio front serves one
 principal. So N parked calls cannot be made from outside, and RSS differences
 between gateways with K upstream processes would measure sessions, not calls.
 Instead this script builds the gateway's own GatewayService in-process, with
-`max_sessions = N + 1`, N client links with N principals (so N legacy sessions),
+`max_sessions` and `max_processes` N + 1, N client links with N principals (so N legacy sessions),
 and an in-memory upstream per session that runs fast_server's LegacyServer
 (its `ask` tool elicits a name). Then:
 
@@ -221,6 +221,8 @@ async def measure(calls: int, trace: bool) -> dict[str, Any]:
     cfg = Config(
         command=("in-memory",),
         max_sessions=calls + 1,
+        # One legacy session (an upstream "process" here) per principal, all open at once.
+        max_processes=calls + 1,
         max_parked_calls=calls + 1,
         state_ttl=3600.0,
         request_timeout=60.0,

@@ -3,6 +3,7 @@ issue #11 item 2): the one plan the immediate and the waiting path share."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given, settings
@@ -13,14 +14,28 @@ from gateway.core import call_plan
 from gateway.core.call_plan import Lease
 
 
-def lease(method: str = "tools/call", **facts: bool) -> Lease:
-    base = {
-        "server_is_legacy": True,
-        "client_is_legacy": True,
-        "client_declared_features": True,
-        "other_clients": True,
-    }
-    return call_plan.lease_for(method, **{**base, **facts})
+@dataclass
+class Client:
+    session: object | None = "legacy"
+    features: frozenset[str] = frozenset({"sampling"})
+
+    def declared(self, feature: str) -> bool:
+        return self.session is not None and feature in self.features
+
+
+def lease(
+    method: str = "tools/call",
+    *,
+    server_is_legacy: bool = True,
+    client_is_legacy: bool = True,
+    client_declared_features: bool = True,
+    other_clients: bool = True,
+) -> Lease:
+    client = Client(
+        "legacy" if client_is_legacy else None,
+        frozenset({"sampling"}) if client_declared_features else frozenset(),
+    )
+    return call_plan.lease_for(method, server_is_legacy, client, other_clients)
 
 
 def test_a_legacy_client_with_client_features_holds_a_shared_session_alone() -> None:
@@ -42,34 +57,20 @@ def test_listing_and_modern_servers_take_no_lease() -> None:
 
 
 def test_a_plan_waits_only_for_what_must_be_awaited() -> None:
-    assert not call_plan.plan(
-        "tools/call", None, Lease.SHARED, lease_free=True, level_change_needed=False
-    ).must_wait
-    assert call_plan.plan(
-        "tools/call", None, Lease.SHARED, lease_free=False, level_change_needed=False
-    ).must_wait
-    assert call_plan.plan(
-        "tools/call", None, Lease.EXCLUSIVE, lease_free=True, level_change_needed=False
-    ).must_wait
-    assert not call_plan.plan(
-        "tools/list", None, Lease.NONE, lease_free=False, level_change_needed=False
-    ).must_wait
-    assert call_plan.plan(
-        "tools/call", None, Lease.NONE, lease_free=True, level_change_needed=True
-    ).must_wait
+    assert not call_plan.plan("tools/call", None, Lease.SHARED, True, False).must_wait
+    assert call_plan.plan("tools/call", None, Lease.SHARED, False, False).must_wait
+    assert call_plan.plan("tools/call", None, Lease.EXCLUSIVE, True, False).must_wait
+    assert not call_plan.plan("tools/list", None, Lease.NONE, False, False).must_wait
+    assert call_plan.plan("tools/call", None, Lease.NONE, True, True).must_wait
     for method in call_plan.WAITING_METHODS:
-        assert call_plan.plan(
-            method, None, Lease.NONE, lease_free=True, level_change_needed=False
-        ).must_wait
+        assert call_plan.plan(method, None, Lease.NONE, True, False).must_wait
 
 
 def test_the_progress_token_is_swapped_and_nothing_else_touched() -> None:
     """2026-07-28 "Progress": the token is the client's; upstream it is the
     gateway's own, since tokens of different clients may collide."""
     params = {"name": "t", "_meta": {"progressToken": 5, "trace": "x"}}
-    plan = call_plan.plan(
-        "tools/call", params, Lease.NONE, lease_free=True, level_change_needed=False
-    )
+    plan = call_plan.plan("tools/call", params, Lease.NONE, True, False)
     assert plan.progress_token == 5
     assert call_plan.with_progress_token(params, "gw-1") == {
         "name": "t",

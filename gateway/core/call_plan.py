@@ -10,10 +10,10 @@ plan is the same, made here once.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from gateway import wire
+from gateway import era, wire
+from gateway.core.server_requests import ClientView
 
 # Methods that wait on more than a reply: a task serves them.
 WAITING_METHODS = frozenset(
@@ -46,16 +46,17 @@ class Lease(enum.Enum):
 
 
 def lease_for(
-    method: str,
-    *,
-    server_is_legacy: bool,
-    client_is_legacy: bool,
-    client_declared_features: bool,
-    other_clients: bool,
+    method: str, server_is_legacy: bool, client: ClientView, other_clients: bool
 ) -> Lease:
+    """`other_clients`: another client is connected that could claim a
+    server request. Runs for every call: the cheap tests go first."""
     if not server_is_legacy or method in NO_SERVER_REQUESTS:
         return Lease.NONE
-    if client_is_legacy and other_clients and client_declared_features:
+    if (
+        other_clients
+        and client.session is not None
+        and any(map(client.declared, era.CLIENT_FEATURES))
+    ):
         return Lease.EXCLUSIVE
     return Lease.SHARED
 
@@ -84,8 +85,9 @@ def is_unsupported_version(reply: wire.Message) -> bool:
     return isinstance(error, dict) and error.get("code") == wire.UNSUPPORTED_PROTOCOL_VERSION
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
+    """(A tuple: one is made for every call.)"""
+
     lease: Lease
     # The client's progress token (the runtime maps it to an upstream one).
     progress_token: str | int | None
@@ -98,16 +100,15 @@ def plan(
     method: str,
     params: dict[str, Any] | None,
     lease: Lease,
-    *,
     lease_free: bool,
     level_change_needed: bool,
 ) -> Plan:
     """`lease_free`: a shared lease can be taken at once (no holder, no
     waiting writer)."""
     must_wait = (
-        method in WAITING_METHODS
-        or level_change_needed
+        level_change_needed
         or lease is Lease.EXCLUSIVE
         or (lease is Lease.SHARED and not lease_free)
+        or method in WAITING_METHODS
     )
     return Plan(lease, progress_token(params), must_wait)

@@ -126,9 +126,11 @@ class ClientCalls:
         msg_id: wire.RequestId = msg["id"]
         if pool.legacy_side is not None:
             log.debug("call", method=decision.method, path=pool.path_for(legacy))
-        params, upstream_token = self.on_session.upstream_params(
-            link, session, decision.params, plan.progress_token
-        )
+        params, upstream_token = decision.params, None
+        if plan.progress_token is not None:
+            params, upstream_token = self.on_session.upstream_params(
+                link, session, params, plan.progress_token
+            )
         shared = plan.lease is Lease.SHARED
         if shared and not session.lease.share_now():
             return False

@@ -70,9 +70,9 @@ class GatewayService:
                 await self._refuse(link, msg, wrong)
                 return
         if kind is wire.Kind.REQUEST:
-            refusal = self._over_limits(link, msg["id"])
-            if refusal is not None:
-                await link.send(refusal)
+            inflight = link.inflight
+            if msg["id"] in inflight or len(inflight) >= self.config.max_inflight_per_client:
+                await link.send(self._over_limits(link, msg["id"]))
             else:
                 self.calls.take(link, msg, tg)
         elif kind is wire.Kind.NOTIFICATION:
@@ -80,7 +80,7 @@ class GatewayService:
         else:
             self.server_requests.client_answered(link, msg)
 
-    def _over_limits(self, link: ClientLink, msg_id: wire.RequestId) -> wire.Message | None:
+    def _over_limits(self, link: ClientLink, msg_id: wire.RequestId) -> wire.Message:
         if msg_id in link.inflight:
             return wire.error_response(
                 msg_id,
@@ -88,14 +88,12 @@ class GatewayService:
                 "Invalid Request: a request with this id is still in progress",
             )
         limit = self.config.max_inflight_per_client
-        if len(link.inflight) >= limit:
-            return wire.gateway_error(
-                msg_id,
-                wire.INTERNAL_ERROR,
-                f"Too many requests in flight (limit {limit})",
-                reason="inflight-limit",
-            )
-        return None
+        return wire.gateway_error(
+            msg_id,
+            wire.INTERNAL_ERROR,
+            f"Too many requests in flight (limit {limit})",
+            reason="inflight-limit",
+        )
 
     async def _refuse(self, link: ClientLink, msg: wire.Message, wrong: tuple[str, str]) -> None:
         """A client message with a field of the wrong shape: a request gets

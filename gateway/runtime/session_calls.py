@@ -41,17 +41,17 @@ class SessionCalls:
         profile = session.profile
         lease = call_plan.lease_for(
             decision.method,
-            server_is_legacy=profile is not None and profile.era is era.Era.LEGACY,
-            client_is_legacy=link.session is not None,
-            client_declared_features=any(map(link.declared, era.CLIENT_FEATURES)),
-            other_clients=len(self.links) > 1,
+            profile is not None and profile.era is era.Era.LEGACY,
+            link,
+            len(self.links) > 1,
         )
+        level = decision.log_level
         return call_plan.plan(
             decision.method,
             decision.params,
             lease,
-            lease_free=session.lease.can_share_now(),
-            level_change_needed=session.log_level_needed(decision.log_level) is not None,
+            session.lease.can_share_now(),
+            level is not None and session.log_level_needed(level) is not None,
         )
 
     def upstream_params(

@@ -145,7 +145,7 @@ class UpstreamPool:
 
     @property
     def settled(self) -> bool:
-        return self.readiness.first_done and self.profile is not None
+        return self.settlement.profile is not None and self.readiness.first_done
 
     @property
     def failure(self) -> str | None:

@@ -68,16 +68,15 @@ class Readiness:
         # Start-up attempts made; a request that waited for one takes its verdict.
         self._attempts = 0
         self._first_done = anyio.Event()
+        # The first attempt ended (read on every request: a plain flag).
+        self.first_done = False
         self._settling = anyio.Lock()
-
-    @property
-    def first_done(self) -> bool:
-        return self._first_done.is_set()
 
     async def start(self, open_first: OpenFirst) -> None:
         try:
             await self.attempt(open_first)
         finally:
+            self.first_done = True
             self._first_done.set()
 
     async def attempt(self, open_first: OpenFirst, principal: str = "local") -> None:
