@@ -60,8 +60,7 @@ class LegacyInputLoop:
             new_elicitation_id=lambda: str(uuid.uuid4()),
         )
         event: Event = core.UpstreamReplied(reply)
-        # Each pass is one round; the machine ends the loop after max_rounds.
-        while True:
+        while True:  # one round a pass; the machine finishes after max_rounds at most
             [command] = call.handle(event)
             if isinstance(command, core.Finish):
                 return command.reply
