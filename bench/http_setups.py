@@ -77,6 +77,12 @@ def http_stdio_floor(server: tuple[str, ...]) -> tuple[str, ...]:
     return (PY, str(ROOT / "bench" / "http_stdio_floor.py"), "--port", "{port}", "--", *server)
 
 
+def raw_http(era: str) -> tuple[str, ...]:
+    """The HTTP→stdio floor's HTTP server with fast_server's logic inline (no hop)."""
+    script = str(ROOT / "bench" / "http_stdio_floor.py")
+    return (PY, script, "--port", "{port}", "--inline", era)
+
+
 def stdio_http_floor() -> tuple[str, ...]:
     url = "http://127.0.0.1:{upstream}/mcp"
     return (PY, str(ROOT / "bench" / "stdio_http_floor.py"), "--url", url)
@@ -142,6 +148,24 @@ def groups(with_proxies: bool, profile_to: Path | None = None) -> list[HttpGroup
         None,
         server=fast_http("modern", "{port}"),
     )
+    # The HTTP→stdio floors' baseline: their own HTTP server answering inline.
+    # (fast_http_server's uvicorn + ASGI cost more than the floor's whole hop.)
+    raw_l = HttpRun(
+        "h-raw-L",
+        "legacy client → raw asyncio HTTP, fast legacy inline",
+        "legacy",
+        "direct",
+        None,
+        server=raw_http("legacy"),
+    )
+    raw_m = HttpRun(
+        "h-raw-M",
+        "modern client → raw asyncio HTTP, fast modern inline",
+        "modern",
+        "direct",
+        None,
+        server=raw_http("modern"),
+    )
     # The floors: no era translation, so each client speaks the server's era.
     floor_l = Floor(
         HttpRun(
@@ -151,7 +175,7 @@ def groups(with_proxies: bool, profile_to: Path | None = None) -> list[HttpGroup
             "floor",
             http_stdio_floor(legacy),
         ),
-        direct_l,
+        raw_l,
     )
     floor_m = Floor(
         HttpRun(
@@ -161,7 +185,7 @@ def groups(with_proxies: bool, profile_to: Path | None = None) -> list[HttpGroup
             "floor",
             http_stdio_floor(modern),
         ),
-        direct_m,
+        raw_m,
     )
     sfloor_l = Floor(
         HttpRun(
@@ -310,7 +334,7 @@ def runs_in_order(all_groups: list[HttpGroup]) -> list[HttpRun]:
     """Each run once, baselines next to the runs they are compared with."""
     seen: dict[str, HttpRun] = {}
     for group in all_groups:
-        floors = [f.run for f in group.floors]
+        floors = [run for f in group.floors for run in (f.direct, f.run)]
         for run in (group.direct, *floors, group.gateway, *group.proxies):
             seen.setdefault(run.key, run)
     return list(seen.values())

@@ -2,6 +2,11 @@
 clients to a stdio server, with no MCP logic.
 
     python bench/http_stdio_floor.py --port 8000 -- SERVER_CMD ARGS...
+    python bench/http_stdio_floor.py --port 8000 --inline legacy   # no hop
+
+`--inline ERA` spawns nothing and answers with bench/fast_server.py's logic
+in-process: the same HTTP server without the stdio hop, the floor's direct
+baseline (fast_http_server's uvicorn + ASGI cost more than this whole hop).
 
 An asyncio HTTP/1.1 server (httptools parser, keep-alive, Content-Length
 bodies) on 127.0.0.1. `GET /readyz` is 200. Each `POST /mcp` body goes to the
@@ -25,10 +30,16 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httptools
 import orjson
+
+if __package__ in (None, ""):  # run as `python bench/http_stdio_floor.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fast_server import LegacyServer, ModernServer, answer
 
 SESSION = b"floor"
 _JSON = b"Content-Type: application/json\r\n"
@@ -100,10 +111,25 @@ class Upstream(asyncio.SubprocessProtocol):
         self.stdin.write(body.strip() + b"\n")
 
 
+class Inline:
+    """`--inline`: fast_server's logic in this process, in place of the stdio hop."""
+
+    def __init__(self, era: str) -> None:
+        self.server = LegacyServer() if era == "legacy" else ModernServer()
+
+    def send(self, conn: HttpConn, msg: dict[str, Any]) -> None:
+        out = answer(self.server, orjson.dumps(msg)) or b""
+        extra = _INIT if msg.get("method") == "initialize" else b""
+        conn.reply(_answer(b"200 OK", out.rstrip(b"\n"), extra))
+
+    def notify(self, body: bytes) -> None:
+        answer(self.server, body)
+
+
 class HttpConn(asyncio.Protocol):
     """One client connection: parse requests, answer in one write each."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream | Inline) -> None:
         self.upstream = upstream
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
@@ -171,12 +197,17 @@ class HttpConn(asyncio.Protocol):
             self.transport.close()
 
 
-async def serve(port: int, command: Sequence[str]) -> int:
+async def serve_inline(port: int, era: str) -> int:
     loop = asyncio.get_running_loop()
-    _, upstream = await loop.subprocess_exec(
-        Upstream, *command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None
-    )
-    server = await loop.create_server(lambda: HttpConn(upstream), "127.0.0.1", port)
+    inline = Inline(era)
+    server = await loop.create_server(lambda: HttpConn(inline), "127.0.0.1", port)
+    await _signalled(loop)
+    server.close()
+    return 0
+
+
+def _signalled(loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+    """A future that completes on SIGTERM or SIGINT."""
     stop: asyncio.Future[None] = loop.create_future()
 
     def on_signal() -> None:
@@ -185,6 +216,16 @@ async def serve(port: int, command: Sequence[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    return stop
+
+
+async def serve(port: int, command: Sequence[str]) -> int:
+    loop = asyncio.get_running_loop()
+    _, upstream = await loop.subprocess_exec(
+        Upstream, *command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None
+    )
+    server = await loop.create_server(lambda: HttpConn(upstream), "127.0.0.1", port)
+    stop = _signalled(loop)
     try:
         # Ends on SIGTERM/SIGINT or when the server exits.
         await asyncio.wait([stop, upstream.exited], return_when=asyncio.FIRST_COMPLETED)
@@ -209,7 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args[args.index("--") + 1 :] if "--" in args else []
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--inline", choices=["legacy", "modern"], help="no hop (see above)")
     opts = parser.parse_args(args[: args.index("--")] if "--" in args else args)
+    if opts.inline:
+        return asyncio.run(serve_inline(opts.port, opts.inline))
     if not command:
         parser.error("the server command goes after --")
     return asyncio.run(serve(opts.port, command))

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import collections
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +31,9 @@ import orjson
 PV = "io.modelcontextprotocol/protocolVersion"
 NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 DRAIN_TIMEOUT = 30.0  # at end of input: how long answers still in flight are awaited
+# Servers close idle keep-alive connections (uvicorn after 5 s): one idle for
+# longer than this is closed rather than used, so no close races a request.
+MAX_IDLE = 2.0
 
 
 class Relay:
@@ -72,9 +76,13 @@ class Relay:
     def on_line(self, line: bytes) -> None:
         self.inflight += 1
         self.idle_event.clear()
-        if self.idle:
-            self.idle.pop().send(*self.request(line))
-            return
+        stale = time.monotonic() - MAX_IDLE
+        while self.idle:
+            conn = self.idle.pop()
+            if conn.used > stale:
+                conn.send(*self.request(line))
+                return
+            conn.close()
         self.queue.append(line)
         if self.connecting < len(self.queue):
             self.connecting += 1
@@ -98,6 +106,7 @@ class Relay:
         if self.queue:
             conn.send(*self.request(self.queue.popleft()))
         elif conn.open:
+            conn.used = time.monotonic()
             self.idle.append(conn)
 
     def on_answer(self, conn: HttpConn, answer: Answer, initialize: bool) -> None:
@@ -158,6 +167,7 @@ class HttpConn(asyncio.Protocol):
         self.open = False
         self.busy = False
         self.initialize = False
+        self.used = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -190,6 +200,11 @@ class HttpConn(asyncio.Protocol):
             assert self.transport is not None
             self.transport.close()
         self.relay.on_answer(self, answer, self.initialize)
+
+    def close(self) -> None:
+        self.open = False
+        if self.transport is not None:
+            self.transport.close()
 
     def send(self, data: bytes, initialize: bool) -> None:
         assert self.transport is not None
@@ -235,8 +250,7 @@ async def relay(url: str) -> int:
         except TimeoutError:
             print(f"stdio_http_floor: {rel.inflight} answers never came", file=sys.stderr)
     for conn in rel.idle:
-        if conn.transport is not None:
-            conn.transport.close()
+        conn.close()
     out.close()
     return 1 if rel.failed.done() else 0
 
