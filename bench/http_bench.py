@@ -1,6 +1,7 @@
 """Measure one HTTP run: start its processes (a fast HTTP server, a hop, or
-both), wait until they answer, drive bench/http_client.py through the phases,
-read CPU and memory from /proc, and stop everything by pid."""
+both), wait until they answer, drive bench/http_client.py through the phases
+(or, for a hop with a stdio front, bench/client.py on its stdin/stdout), read
+CPU and memory from /proc, and stop everything by pid."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from bench import procs
-from bench.client import BenchError, LoadResult
+from bench.client import BenchError, Connection, LoadResult, spawn
 from bench.http_client import HttpClient
 from bench.http_setups import HttpRun
 from bench.report import CONCURRENCIES, _sliced_p50_ns
@@ -23,6 +24,7 @@ from bench.setups import ROOT
 
 READY_TIMEOUT = 60.0
 LIVE: set[Service] = set()
+LIVE_STDIO: set[Connection] = set()  # stdio-front hops, closed by bench/run.py on exit
 
 
 @dataclass(eq=False)
@@ -180,6 +182,8 @@ async def _phase(client: HttpClient, c: int, seconds: float, cap: int) -> LoadRe
 async def measure(
     run: HttpRun, seconds: float, warmup: float, cap: int, logdir: Path
 ) -> HttpMeasured:
+    if run.front == "stdio":
+        return await measure_stdio(run, seconds, warmup, cap, logdir)
     services: list[Service] = []
     client: HttpClient | None = None
     with (logdir / f"{run.key}.stderr").open("ab") as log:
@@ -259,6 +263,85 @@ async def _measure(
         latency,
         loads,
         procs.vm_hwm_kib(hop.pid) if hop else None,
+        sum(r for r in rss if r is not None) or None,
+        hop_cpu,
+        served / n * 1e6,
+        own / n * 1e6,
+    )
+
+
+async def _stdio_phase(conn: Connection, c: int, seconds: float, cap: int) -> LoadResult:
+    result = await conn.load(c, seconds, cap or 10**9)
+    if result.errors or conn.bad_lines:
+        raise BenchError(
+            f"{conn.name}: {result.errors} error replies, {conn.bad_lines} bad lines at c={c};"
+            f" first: {result.first_error}"
+        )
+    return result
+
+
+async def measure_stdio(
+    run: HttpRun, seconds: float, warmup: float, cap: int, logdir: Path
+) -> HttpMeasured:
+    """A stdio client (bench/client.py) → the hop it spawns → a fast HTTP server."""
+    assert run.hop is not None and run.server is not None
+    conn: Connection | None = None
+    server: Service | None = None
+    with (logdir / f"{run.key}.stderr").open("ab") as log:
+        try:
+            port = free_port()
+            server = await start(f"{run.key} server", run.server, port, port, "/readyz", log)
+            command = [a.replace("{upstream}", str(port)) for a in run.hop]
+            conn = await spawn(run.key, command, run.client_era, log, str(ROOT))
+            LIVE_STDIO.add(conn)
+            await conn.handshake(timeout=60.0)
+            return await _measure_stdio(conn, server, seconds, warmup, cap, run)
+        finally:
+            if conn is not None:
+                await conn.close(grace=5.0)
+                LIVE_STDIO.discard(conn)
+            if server is not None:
+                await server.stop()
+
+
+async def _measure_stdio(
+    conn: Connection, server: Service, seconds: float, warmup: float, cap: int, run: HttpRun
+) -> HttpMeasured:
+    top = CONCURRENCIES[-1]
+    await _stdio_phase(conn, top, warmup, 0)  # warm caches, code paths and connections
+
+    def server_pids() -> list[int]:
+        return [server.pid, *server.descendants()]
+
+    everything = [0, conn.pid, *conn.tree(), *server_pids()]
+    before = procs.per_cpu_busy()
+    await asyncio.sleep(0.1)
+    cpu = procs.idlest_cpu(os.sched_getaffinity(0), before, procs.per_cpu_busy())
+    mask = os.sched_getaffinity(0)
+    try:
+        for pid in everything:
+            procs.set_affinity(pid, {cpu})
+        await _stdio_phase(conn, 1, warmup / 3, 0)
+        latency = await _stdio_phase(conn, 1, seconds, cap)
+    finally:
+        for pid in everything:
+            procs.set_affinity(pid, mask)
+    loads = {c: await _stdio_phase(conn, c, seconds, cap) for c in CONCURRENCIES[:-1]}
+    pids = server_pids()
+    cpu0 = {pid: procs.cpu_seconds(pid) or 0.0 for pid in pids}
+    hop0 = procs.cpu_seconds(conn.pid) or 0.0
+    own0 = time.process_time()
+    loads[top] = await _stdio_phase(conn, top, seconds, cap)
+    own = time.process_time() - own0
+    n = loads[top].replies
+    served = sum((procs.cpu_seconds(p) or cpu0.get(p, 0.0)) - cpu0.get(p, 0.0) for p in pids)
+    hop_cpu = ((procs.cpu_seconds(conn.pid) or hop0) - hop0) / n * 1e6
+    rss = [procs.vm_hwm_kib(pid) for pid in pids]
+    return HttpMeasured(
+        run,
+        latency,
+        loads,
+        procs.vm_hwm_kib(conn.pid),
         sum(r for r in rss if r is not None) or None,
         hop_cpu,
         served / n * 1e6,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from bench import floor_goals
+from bench.floor_goals import Figures
 from bench.http_bench import HttpMeasured
-from bench.http_setups import HttpGroup
+from bench.http_setups import HTTP_HTTP, HttpGroup
 from bench.report import CONCURRENCIES, _ok, _table
 
 GOAL = "the gateway adds less latency and sustains more throughput than every other proxy measured"
@@ -95,4 +97,69 @@ def verdicts(groups: list[HttpGroup], by_key: dict[str, HttpMeasured]) -> list[s
         lines.append(f"{GOAL} {_ok(all_met)}")
     else:
         lines.append(f"{GOAL}: no other proxy measured (bash bench/install_proxies.sh)")
+    return lines
+
+
+def _figures(m: HttpMeasured, direct: HttpMeasured) -> Figures:
+    return Figures(m.p50_us() - direct.p50_us(), m.rps(32))
+
+
+def _against_floors(
+    g: HttpGroup, by_key: dict[str, HttpMeasured]
+) -> tuple[Figures, list[Figures], floor_goals.Verdict]:
+    """The gateway's and the floors' figures, and the verdict. On a one-hop path
+    the gateway's added p50 is taken over its floor's baseline (the same
+    subtrahend for both); HTTP ↔ HTTP over the path's direct HTTP."""
+    floors = [_figures(by_key[f.run.key], by_key[f.direct.key]) for f in g.floors]
+    if g.path == HTTP_HTTP:
+        gw = _figures(by_key[g.gateway.key], by_key[g.direct.key])
+        return gw, floors, floor_goals.two_hops(gw, floors[0], floors[1])
+    gw = _figures(by_key[g.gateway.key], by_key[g.floors[0].direct.key])
+    return gw, floors, floor_goals.one_hop(gw, floors[0])
+
+
+def floors_table(groups: list[HttpGroup], by_key: dict[str, HttpMeasured]) -> str:
+    """The gateway against the floor(s) of its path (issue #12)."""
+    headers = ["path", "floor(s) over baseline", "gateway added p50 µs", "floor added p50 µs"]
+    headers += ["gw/floor"]
+    headers += ["gateway req/s c=32", "floor req/s c=32", "gw/floor c=32"]
+    rows: list[list[str]] = []
+    for g in groups:
+        if not g.floors:
+            continue
+        gw, floors, verdict = _against_floors(g, by_key)
+        two = g.path == HTTP_HTTP
+        rows.append(
+            [
+                g.title,
+                " + ".join(f"{f.run.key} over {f.direct.key}" for f in g.floors),
+                f"{gw.added_p50_us:.0f}",
+                " + ".join(f"{f.added_p50_us:.0f}" for f in floors),
+                f"{verdict.latency_ratio:.2f}",
+                f"{gw.rps_c32:,.0f}",
+                "-" if two else f"{floors[0].rps_c32:,.0f}",
+                "-" if verdict.tput_share is None else f"{verdict.tput_share:.2f}",
+            ]
+        )
+    return _table(headers, rows) if rows else ""
+
+
+def floor_verdicts(groups: list[HttpGroup], by_key: dict[str, HttpMeasured]) -> list[str]:
+    """One line per path with a floor: issue #12's thresholds, from this run's figures."""
+    lines: list[str] = []
+    for g in groups:
+        if not g.floors:
+            continue
+        _, _, v = _against_floors(g, by_key)
+        if g.path == HTTP_HTTP:
+            goal = f"added p50 ≤ {floor_goals.HTTP_HTTP_RATIO:g}x the two floors' sum"
+        else:
+            goal = (
+                f"added p50 ≤ {floor_goals.LATENCY_RATIO:g}x the floor's, "
+                f"c=32 ≥ {floor_goals.TPUT_SHARE:.0%} of the floor's"
+            )
+        lines.append(
+            f"{g.title} against the floor ({goal}) {_ok(v.met)}"
+            + (f" ({'; '.join(v.misses)})" if v.misses else "")
+        )
     return lines

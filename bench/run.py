@@ -241,11 +241,15 @@ async def amain(args: argparse.Namespace) -> int:
     if http_groups:
         hm = {key: http_bench.best_of(ms) for key, ms in http_rounds.items()}
         notes = "\n".join(f"- {line}" for line in http_report.NOT_MEASURED)
+        floors = http_report.floors_table(http_groups, hm)
         http_text = (
             f"{http_report.runs_table([hm[r.key] for r in http_order])}\n\n"
-            f"{http_report.ratios_table(http_groups, hm)}\n\nNot measured:\n\n{notes}"
+            f"{http_report.ratios_table(http_groups, hm)}\n\n"
+            + (f"Against the floor (issue #12):\n\n{floors}\n\n" if floors else "")
+            + f"Not measured:\n\n{notes}"
         )
         verdicts += http_report.verdicts(http_groups, hm)
+        verdicts += http_report.floor_verdicts(http_groups, hm)
     settings = (
         f"best of {args.rounds} round(s); {seconds:g} s per phase after {warmup:g} s warm-up"
         + (f", at most {args.requests} replies per phase" if args.requests else "")
@@ -279,6 +283,8 @@ async def _guarded(args: argparse.Namespace) -> int:
     finally:
         for conn in list(LIVE):
             await conn.close(grace=2.0)
+        for conn in list(http_bench.LIVE_STDIO):
+            await conn.close(grace=2.0)
         for service in list(http_bench.LIVE):
             await service.stop(grace=2.0)
 
@@ -291,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        for conn in list(LIVE):  # only if the event loop could not close them
+        # Only if the event loop could not close them.
+        for conn in [*LIVE, *http_bench.LIVE_STDIO]:
             conn.kill_now()
         for service in list(http_bench.LIVE):
             service.kill_now()
