@@ -66,7 +66,7 @@ def test_the_session_id_comes_with_a_legacy_initialize_only() -> None:
 
 @pytest.mark.parametrize("header", ["", "a b", "sess\x7f", "séance"])
 def test_a_session_id_of_other_than_visible_ascii_is_ignored(header: str) -> None:
-    """"The session ID MUST only contain visible ASCII characters (ranging
+    """ "The session ID MUST only contain visible ASCII characters (ranging
     from 0x21 to 0x7E)"."""
     assert http_wire.session_id_from(legacy("initialize"), header) is None
 
