@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -229,18 +230,9 @@ async def _measure(
         return pids + ([server.pid, *server.descendants()] if server is not None else [])
 
     everything = [0, *([hop.pid] if hop else []), *server_pids()]
-    before = procs.per_cpu_busy()
-    await asyncio.sleep(0.1)
-    cpu = procs.idlest_cpu(os.sched_getaffinity(0), before, procs.per_cpu_busy())
-    mask = os.sched_getaffinity(0)
-    try:
-        for pid in everything:
-            procs.set_affinity(pid, {cpu})
-        await _phase(client, 1, warmup / 3, 0)
-        latency = await _phase(client, 1, seconds, cap)
-    finally:
-        for pid in everything:
-            procs.set_affinity(pid, mask)
+    latency = await _pinned_latency(
+        everything, lambda c, s, n: _phase(client, c, s, n), seconds, warmup, cap
+    )
     loads = {c: await _phase(client, c, seconds, cap) for c in CONCURRENCIES[:-1]}
     pids = server_pids()
     cpu0 = {pid: procs.cpu_seconds(pid) or 0.0 for pid in pids}
@@ -314,18 +306,9 @@ async def _measure_stdio(
         return [server.pid, *server.descendants()]
 
     everything = [0, conn.pid, *conn.tree(), *server_pids()]
-    before = procs.per_cpu_busy()
-    await asyncio.sleep(0.1)
-    cpu = procs.idlest_cpu(os.sched_getaffinity(0), before, procs.per_cpu_busy())
-    mask = os.sched_getaffinity(0)
-    try:
-        for pid in everything:
-            procs.set_affinity(pid, {cpu})
-        await _stdio_phase(conn, 1, warmup / 3, 0)
-        latency = await _stdio_phase(conn, 1, seconds, cap)
-    finally:
-        for pid in everything:
-            procs.set_affinity(pid, mask)
+    latency = await _pinned_latency(
+        everything, lambda c, s, n: _stdio_phase(conn, c, s, n), seconds, warmup, cap
+    )
     loads = {c: await _stdio_phase(conn, c, seconds, cap) for c in CONCURRENCIES[:-1]}
     pids = server_pids()
     cpu0 = {pid: procs.cpu_seconds(pid) or 0.0 for pid in pids}
@@ -347,3 +330,26 @@ async def _measure_stdio(
         served / n * 1e6,
         own / n * 1e6,
     )
+
+
+async def _pinned_latency(
+    pids: list[int],
+    phase: Callable[[int, float, int], Awaitable[LoadResult]],
+    seconds: float,
+    warmup: float,
+    cap: int,
+) -> LoadResult:
+    """The c=1 latency phase with every process of the path (0: this one) on
+    the idlest CPU, so the figure is one hop's, not the scheduler's."""
+    before = procs.per_cpu_busy()
+    await asyncio.sleep(0.1)
+    cpu = procs.idlest_cpu(os.sched_getaffinity(0), before, procs.per_cpu_busy())
+    mask = os.sched_getaffinity(0)
+    try:
+        for pid in pids:
+            procs.set_affinity(pid, {cpu})
+        await phase(1, warmup / 3, 0)
+        return await phase(1, seconds, cap)
+    finally:
+        for pid in pids:
+            procs.set_affinity(pid, mask)
