@@ -108,13 +108,29 @@ def retry(client_id: int, state: Placeholder[str], responses: object) -> RetryAr
     return RetryArrived(client_id, later(lambda: opened(state)), responses, 20.0)
 
 
+def running(
+    t: HoldTable,
+    client_id: int = 1,
+    caps: dict[str, Any] | None = None,
+    call: core.HeldCall | None = None,
+    *,
+    logs: bool = False,
+) -> Playbook:
+    """A call that holds the session and runs upstream; its client waits."""
+    call = held(caps=caps) if call is None else call
+    playbook = Playbook(t, logs=logs) >> CallArrived(1, client_id, call, 0.0)
+    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, client_id)
+    playbook >> SessionAcquired(1, client_id, 2.0) << CancelTimer(SessionDue(1))
+    playbook << StartUpstream(1)
+    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, client_id)
+    assert playbook
+    return playbook
+
+
 def parked(t: HoldTable, *requests: wire.Message) -> tuple[Playbook, Placeholder[str]]:
     """A call that asked for `requests` and is parked for its client's retry."""
     state = Placeholder(str)
-    playbook = Playbook(t) >> CallArrived(1, 1, held(), 0.0)
-    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, 1)
-    playbook >> SessionAcquired(1, 1, 2.0) << CancelTimer(SessionDue(1)) << StartUpstream(1)
-    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, 1)
+    playbook = running(t)
     for request in requests:
         playbook >> ServerAsked(1, request, 5.0) << Wake(1)
     playbook >> gathered(1) << CancelTimer(OutcomeDue(1))
@@ -436,23 +452,6 @@ def test_an_undeclared_capability_is_32021_and_the_call_is_wound_down() -> None:
     assert not t.calls
 
 
-def running(
-    t: HoldTable,
-    client_id: int = 1,
-    caps: dict[str, Any] | None = None,
-    call: core.HeldCall | None = None,
-) -> Playbook:
-    """A call that holds the session and runs upstream; its client waits."""
-    call = held(caps=caps) if call is None else call
-    playbook = Playbook(t) >> CallArrived(1, client_id, call, 0.0)
-    playbook << StartTimer(SessionDue(1), 0.0 + RT) << AcquireSession(1, client_id)
-    playbook >> SessionAcquired(1, client_id, 2.0) << CancelTimer(SessionDue(1))
-    playbook << StartUpstream(1)
-    playbook << StartTimer(OutcomeDue(1), 2.0 + RT) << AwaitOutcome(1, client_id)
-    assert playbook
-    return playbook
-
-
 def test_an_undeclared_capability_in_a_call_the_server_keeps_running() -> None:
     """2026-07-28 "Per-request protocol fields": -32021 with requiredCapabilities.
     The -32021 path bounds the upstream call as an expiry does: the server's
@@ -610,15 +609,7 @@ def test_limits_parked_calls_rounds_and_asks() -> None:
     )
     t = table(max_asks=1)
     assert (
-        Playbook(t)
-        >> CallArrived(1, 1, held(rounds=1), 0.0)
-        << StartTimer(SessionDue(1), 0.0 + RT)
-        << AcquireSession(1, 1)
-        >> SessionAcquired(1, 1, 2.0)
-        << CancelTimer(SessionDue(1))
-        << StartUpstream(1)
-        << StartTimer(OutcomeDue(1), 2.0 + RT)
-        << AwaitOutcome(1, 1)
+        running(t, call=held(rounds=1))
         >> ServerAsked(1, ASK_NAME, 5.0)
         << Wake(1)
         >> ServerAsked(1, ASK_ROOTS, 5.0)
@@ -711,15 +702,7 @@ def test_replay_mode_parks_nothing() -> None:
     t = table()
     key = core.replay_key("elicitation/create", ELICIT)
     assert (
-        Playbook(t, logs=True)
-        >> CallArrived(1, 1, held(replay=True), 0.0)
-        << StartTimer(SessionDue(1), 0.0 + RT)
-        << AcquireSession(1, 1)
-        >> SessionAcquired(1, 1, 2.0)
-        << CancelTimer(SessionDue(1))
-        << StartUpstream(1)
-        << StartTimer(OutcomeDue(1), 2.0 + RT)
-        << AwaitOutcome(1, 1)
+        running(t, call=held(replay=True), logs=True)
         >> ServerAsked(1, ASK_NAME, 5.0)
         << Wake(1)
         >> gathered(1)
@@ -746,15 +729,7 @@ def test_log_lines_of_a_hold_round() -> None:
     t = table()
     state = Placeholder(str)
     assert (
-        Playbook(t, logs=True)
-        >> CallArrived(1, 1, held(), 0.0)
-        << StartTimer(SessionDue(1), 0.0 + RT)
-        << AcquireSession(1, 1)
-        >> SessionAcquired(1, 1, 2.0)
-        << CancelTimer(SessionDue(1))
-        << StartUpstream(1)
-        << StartTimer(OutcomeDue(1), 2.0 + RT)
-        << AwaitOutcome(1, 1)
+        running(t, logs=True)
         >> ServerAsked(1, ASK_NAME, 5.0)
         << Wake(1)
         >> gathered(1)
@@ -1117,15 +1092,7 @@ def test_url_elicitation_required_becomes_input_required_and_never_reaches_the_c
             )
         )
         assert (
-            Playbook(t)
-            >> CallArrived(1, 1, held(caps=caps), 0.0)
-            << StartTimer(SessionDue(1), 0.0 + RT)
-            << AcquireSession(1, 1)
-            >> SessionAcquired(1, 1, 2.0)
-            << CancelTimer(SessionDue(1))
-            << StartUpstream(1)
-            << StartTimer(OutcomeDue(1), 2.0 + RT)
-            << AwaitOutcome(1, 1)
+            running(t, call=held(caps=caps))
             >> UpstreamEnded(1, needs_url)
             << ReleaseSession(1)
             << Wake(1)
