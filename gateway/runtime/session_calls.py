@@ -35,21 +35,25 @@ class SessionCalls:
         self.listens = listens
         self._hints: dict[tuple[str, bool], CacheHint] = {}
 
-    def plan(
+    def lease_for(
         self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
-    ) -> call_plan.Plan:
+    ) -> Lease:
         profile = session.profile
-        lease = call_plan.lease_for(
+        return call_plan.lease_for(
             decision.method,
             profile is not None and profile.era is era.Era.LEGACY,
             link,
             len(self.links) > 1,
         )
+
+    def plan(
+        self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
+    ) -> call_plan.Plan:
         level = decision.log_level
         return call_plan.plan(
             decision.method,
             decision.params,
-            lease,
+            self.lease_for(link, decision, session),
             session.lease.can_share_now(),
             level is not None and session.log_level_needed(level) is not None,
         )
@@ -100,7 +104,7 @@ class SessionCalls:
     ) -> wire.Message:
         """Forward a call, holding the session's lease when a server request
         during it could need a client (DESIGN §5.1.6)."""
-        lease, kind = session.lease, self.plan(link, decision, session).lease
+        lease, kind = session.lease, self.lease_for(link, decision, session)
         if kind is Lease.NONE:
             return await self.forward(link, decision, session, client_id=client_id)
         with anyio.fail_after(self.config.request_timeout):
