@@ -7,7 +7,6 @@ all tasks wait, so nothing here sleeps."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -17,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import wire
 from gateway.fronts import legacy_streams, resumable_stream
+from gateway.fronts.http_output import Inbox
 from gateway.fronts.legacy_streams import LegacyStreams, Outcome, SessionStreams
 from gateway.fronts.resumable_stream import ResumableStream, parse_event_id
 from tests.mock_clock import on_mock_clock
@@ -84,17 +83,19 @@ class Call:
     the POST's answer, run by the test's task group."""
 
     def __init__(self, streams: LegacyStreams, session: SessionStreams) -> None:
-        self.inbox, self.receive = anyio.create_memory_object_stream[wire.Message](math.inf)
+        self.inbox = Inbox()
         self.post = Connection()
         self.outcome: Outcome | None = None
         self.done = anyio.Event()
         self._streams, self._session = streams, session
 
     async def run(self) -> None:
-        with self.inbox, self.receive:
+        try:
             self.outcome = await self._streams.answer(
-                self._session, self.receive, 7, self.post.receive, self.post.send
+                self._session, self.inbox, 7, self.post.receive, self.post.send
             )
+        finally:
+            self.inbox.close()
         self.done.set()
 
 
@@ -105,7 +106,7 @@ async def test_a_reply_that_comes_first_goes_out_with_the_priming_event_in_one_w
     streams, _ = front()
     session = SessionStreams()
     call = Call(streams, session)
-    call.inbox.send_nowait(REPLY)
+    call.inbox.put(REPLY)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
     events = call.post.events()
@@ -125,8 +126,8 @@ async def test_a_slow_call_is_primed_before_its_reply_and_keeps_the_order() -> N
         tg.start_soon(call.run)
         await anyio.sleep(legacy_streams.PRIME_AFTER + 1)
         assert [e["data"] for e in call.post.events()] == [""]
-        call.inbox.send_nowait(PROGRESS)
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(PROGRESS)
+        call.inbox.put(REPLY)
     assert call.post.messages() == [PROGRESS, REPLY]
     ids = [e["id"] for e in call.post.events()]
     assert len(set(ids)) == 3 and call.post.ended.is_set()
@@ -142,13 +143,13 @@ async def test_a_client_that_loses_the_stream_resumes_it_and_the_call_goes_on() 
     call = Call(streams, session)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
-        call.inbox.send_nowait(PROGRESS)
+        call.inbox.put(PROGRESS)
         await anyio.sleep(1)
         last = call.post.events()[-1]["id"]
         call.post.gone.set()
         await anyio.sleep(1)
-        call.inbox.send_nowait(SAMPLING)  # while nobody listens
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(SAMPLING)  # while nobody listens
+        call.inbox.put(REPLY)
         await anyio.sleep(1)
         assert not call.done.is_set() or call.outcome == Outcome(REPLY, cancel_upstream=False)
         get = Connection()
@@ -171,7 +172,7 @@ async def test_the_poll_time_closes_the_stream_and_a_resumption_gets_the_reply()
             await call.post.ended.wait()
         assert call.post.messages() == []
         last = call.post.events()[-1]["id"]
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(REPLY)
         get = Connection()
         assert await streams.resume(session, last, get.receive, get.send)
     assert get.messages() == [REPLY]
@@ -190,7 +191,7 @@ async def test_a_resumption_polls_too() -> None:
         first = call.post.events()[-1]["id"]
         assert await streams.resume(session, first, get.receive, get.send)
         assert get.messages() == [] and get.ended.is_set()  # closed after 2 s again
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(REPLY)
         again = Connection()
         assert await streams.resume(session, first, again.receive, again.send)
     assert again.messages() == [REPLY]
@@ -212,7 +213,7 @@ async def test_every_resumption_starts_with_an_id_to_resume_from() -> None:
         get = Connection()
         assert await streams.resume(session, first, get.receive, get.send)
         assert get.events() == [{"id": first, "retry": "500", "data": ""}]
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(REPLY)
         again = Connection()
         assert await streams.resume(session, get.events()[-1]["id"], again.receive, again.send)
     assert again.events()[0]["id"] == first and again.messages() == [REPLY]
@@ -225,7 +226,7 @@ async def test_a_call_nobody_resumes_within_the_window_is_cancelled_upstream() -
     call = Call(streams, session)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
-        call.inbox.send_nowait(PROGRESS)
+        call.inbox.put(PROGRESS)
         await anyio.sleep(1)
         call.post.gone.set()
         started = anyio.current_time()
@@ -242,11 +243,11 @@ async def test_a_reply_while_nobody_listens_is_kept_for_the_window_then_dropped(
     call = Call(streams, session)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
-        call.inbox.send_nowait(PROGRESS)
+        call.inbox.put(PROGRESS)
         await anyio.sleep(1)
         call.post.gone.set()
         await anyio.sleep(1)
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(REPLY)
     assert call.outcome == Outcome(REPLY, cancel_upstream=False)
     assert len(session.live) == 1
     session.sweep(anyio.current_time() + 5, 10.0)
@@ -294,7 +295,7 @@ async def test_a_second_resumption_takes_over_from_the_first() -> None:
         tg.start_soon(streams.resume, session, last, second.receive, second.send)
         await anyio.sleep(1)
         assert first.ended.is_set() and first.messages() == []
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(REPLY)
     assert second.messages() == [REPLY]
 
 
@@ -305,7 +306,7 @@ async def test_the_session_ending_under_a_call_ends_its_stream() -> None:
     call = Call(streams, session)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
-        call.inbox.send_nowait(PROGRESS)
+        call.inbox.put(PROGRESS)
         await anyio.sleep(1)
         call.inbox.close()
     assert call.post.ended.is_set() and call.post.messages() == [PROGRESS]
@@ -329,7 +330,7 @@ async def test_the_end_of_the_shutdown_grace_is_the_streams_last_event() -> None
     call = Call(streams, SessionStreams())
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
-        call.inbox.send_nowait(PROGRESS)
+        call.inbox.put(PROGRESS)
         await anyio.sleep(1)
         cut[0] = True
         for wait in list(waits):
@@ -346,7 +347,7 @@ async def test_keepalive_comments_on_a_quiet_stream() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(call.run)
         await anyio.sleep(legacy_streams.KEEPALIVE * 2 + 2)
-        call.inbox.send_nowait(REPLY)
+        call.inbox.put(REPLY)
     comments = [m for m in call.post.sent if m.get("body") == b": keep-alive\n\n"]
     assert len(comments) == 2 and call.post.messages() == [REPLY]
 

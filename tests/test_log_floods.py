@@ -88,10 +88,10 @@ async def test_a_slow_reader_bounds_the_queue_of_notifications_not_the_reply() -
     for _ in range(http_output.MAX_QUEUED * 5):
         output.deliver(note)
     output.deliver(wire.result_response(7, {"content": []}))
-    assert stream.statistics().current_buffer_used == http_output.MAX_QUEUED + 1
-    received = [await stream.receive() for _ in range(http_output.MAX_QUEUED + 1)]
+    assert len(stream) == http_output.MAX_QUEUED + 1
+    received = [await stream.get() for _ in range(http_output.MAX_QUEUED + 1)]
     assert received[-1] == wire.result_response(7, {"content": []})
-    with pytest.raises(anyio.WouldBlock):
-        stream.receive_nowait()  # nothing else was queued
+    assert stream.get_nowait() is None  # nothing else was queued
     output.close(7)
-    stream.close()
+    with pytest.raises(anyio.EndOfStream):
+        await stream.get()

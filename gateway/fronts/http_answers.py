@@ -9,11 +9,11 @@ from typing import Any
 
 import anyio
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import wire
 from gateway.core import http_binding
 from gateway.fronts.asgi import Receive, Scope, Send, chunk, sse_start, watch_disconnect
+from gateway.fronts.http_output import Inbox
 from gateway.fronts.port import Readiness
 
 KEEPALIVE = 15.0
@@ -66,14 +66,12 @@ def is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
     return "method" not in msg and msg.get("id") == msg_id
 
 
-async def next_or_keepalive(
-    stream: MemoryObjectReceiveStream[wire.Message], send: Send
-) -> wire.Message:
+async def next_or_keepalive(stream: Inbox, send: Send) -> wire.Message:
     """The stream's next message, with an SSE comment every KEEPALIVE seconds
     of silence so that proxies keep the response open."""
     while True:  # each pass waits KEEPALIVE at most
         with anyio.move_on_after(KEEPALIVE):
-            return await stream.receive()
+            return await stream.get()
         await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
@@ -165,7 +163,7 @@ async def respond_empty(send: Send, status: int) -> None:
 
 
 async def answer_request(
-    stream: MemoryObjectReceiveStream[wire.Message],
+    stream: Inbox,
     send: Send,
     msg_id: wire.RequestId,
     modern: bool,
@@ -173,17 +171,22 @@ async def answer_request(
     answer: Answer,
     *,
     forward_authorization: bool,
+    first: wire.Message | None = None,
 ) -> wire.Message | None:
-    """Answer one request from its stream: JSON when the reply is all there
-    is, an SSE stream when something comes first (the caller's watcher
-    cancels when the client goes)."""
-    try:
-        first = await stream.receive()
-    except anyio.EndOfStream:  # the session ended before anything came
-        answer.state = "json"
-        await respond(send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended"))
-        answer.state = "done"
-        return None
+    """Answer one request from its stream (`first`: its first message, when
+    the caller has it already): JSON when the reply is all there is, an SSE
+    stream when something comes first (the caller's watcher cancels when the
+    client goes)."""
+    if first is None:
+        try:
+            first = await stream.get()
+        except anyio.EndOfStream:  # the session ended before anything came
+            answer.state = "json"
+            await respond(
+                send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
+            )
+            answer.state = "done"
+            return None
     if is_reply_to(first, msg_id):
         extra = extra_headers(first) if extra_headers else []
         status = http_binding.status_for(first) if modern else 200
@@ -216,9 +219,7 @@ async def answer_request(
             return None
 
 
-async def serve_session_stream(
-    stream: MemoryObjectReceiveStream[wire.Message], receive: Receive, send: Send
-) -> None:
+async def serve_session_stream(stream: Inbox, receive: Receive, send: Send) -> None:
     """A legacy session's GET stream: its messages as SSE events, a comment
     every KEEPALIVE seconds of silence, until the client goes or the session
     ends (2025-11-25 "Listening for Messages from the Server")."""
@@ -228,7 +229,7 @@ async def serve_session_stream(
         while True:  # ends when the client goes or the session ends
             with anyio.move_on_after(KEEPALIVE):
                 try:
-                    msg = await stream.receive()
+                    msg = await stream.get()
                 except anyio.EndOfStream:
                     break
                 await send(chunk(sse_event(msg), more=True))

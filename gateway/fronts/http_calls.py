@@ -6,20 +6,21 @@ shutdown grace, when the client gets a gateway error instead."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.core import http_binding
-from gateway.fronts.asgi import Receive, Send, watch_disconnect
+from gateway.fronts.asgi import ClientGone, Receive, Send, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
-from gateway.fronts.http_answers import Answer, answer_request, respond
-from gateway.fronts.http_output import HttpOutput
+from gateway.fronts.http_answers import Answer, answer_request, is_reply_to, respond
+from gateway.fronts.http_output import HttpOutput, Inbox
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.legacy_streams import LegacyStreams
 from gateway.fronts.metrics import Metrics
@@ -45,12 +46,15 @@ class HttpCalls:
         self._forward_authorization = config.http_forward_authorization
         # The wait of each call in progress: cut at the end of the shutdown grace.
         self._waits: set[anyio.CancelScope] = set()
+        # Responses waiting for their first message without a scope (Inbox.first).
+        self._firsts: set[Inbox] = set()
         self._cut_off = False
         self.streams = LegacyStreams(
             retry=config.http_sse_retry,
             poll_after=config.http_sse_poll_after,
             window=config.http_sse_resume_window,
             waits=self._waits,
+            firsts=self._firsts,
             cut_off=lambda: self._cut_off,
         )
 
@@ -65,11 +69,13 @@ class HttpCalls:
         modern: bool,
         extra_headers: ExtraHeaders | None = None,
         session: LegacySession | None = None,
+        gone: ClientGone | None = None,
     ) -> None:
         """Run one request and answer it, counted against its principal's
-        requests in progress."""
+        requests in progress. `gone`: the server's word when the client
+        leaves, if it gives one."""
         with self.access.in_progress(link.principal, msg["id"]):
-            await self._run(link, output, msg, receive, send, modern, extra_headers, session)
+            await self._run(link, output, msg, receive, send, modern, extra_headers, session, gone)
 
     async def _run(
         self,
@@ -81,6 +87,7 @@ class HttpCalls:
         modern: bool,
         extra_headers: ExtraHeaders | None,
         session: LegacySession | None,
+        gone: ClientGone | None,
     ) -> None:
         msg_id = msg["id"]
         started = time.perf_counter()
@@ -90,33 +97,55 @@ class HttpCalls:
         try:
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
             if session is not None and session.resumable:
-                last = await self._answer_resumable(session, stream, msg_id, receive, send)
+                last = await self._answer_resumable(session, stream, msg_id, receive, send, gone)
                 if last is not None:
                     self._observe(msg, link, last, started)
                 return
+            first: wire.Message | None = None
+            if not self._cut_off:
+                self._firsts.add(stream)
+                try:
+                    with contextlib.suppress(anyio.EndOfStream):  # answered 404 below
+                        first = await stream.first(math.inf, gone)
+                finally:
+                    self._firsts.discard(stream)
             # None when the client went away first (the watcher cancelled) or
             # the session ended under the request: both cancel it upstream.
             reply: wire.Message | None = None
-            async with anyio.create_task_group() as tg:
-                # The end of the shutdown grace cancels the wait too (not a
-                # scope of its own: it would cost every request).
-                self._waits.add(tg.cancel_scope)
-                try:
-                    if self._cut_off:
+            if first is not None and is_reply_to(first, msg_id):
+                # Most calls: the reply is all there is, and no task watches the client.
+                reply = await answer_request(
+                    stream,
+                    send,
+                    msg_id,
+                    modern,
+                    extra_headers,
+                    answer,
+                    forward_authorization=self._forward_authorization,
+                    first=first,
+                )
+            elif gone is None or not gone.gone:  # else nobody is left to answer
+                async with anyio.create_task_group() as tg:
+                    # The end of the shutdown grace cancels the wait too (not a
+                    # scope of its own: it would cost the call more).
+                    self._waits.add(tg.cancel_scope)
+                    try:
+                        if self._cut_off:
+                            tg.cancel_scope.cancel()
+                        tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
+                        reply = await answer_request(
+                            stream,
+                            send,
+                            msg_id,
+                            modern,
+                            extra_headers,
+                            answer,
+                            forward_authorization=self._forward_authorization,
+                            first=first,
+                        )
                         tg.cancel_scope.cancel()
-                    tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
-                    reply = await answer_request(
-                        stream,
-                        send,
-                        msg_id,
-                        modern,
-                        extra_headers,
-                        answer,
-                        forward_authorization=self._forward_authorization,
-                    )
-                    tg.cancel_scope.cancel()
-                finally:
-                    self._waits.discard(tg.cancel_scope)
+                    finally:
+                        self._waits.discard(tg.cancel_scope)
             if self._cut_off and answer.state in ("none", "sse"):
                 # The shutdown grace is over: the client gets a gateway error
                 # (as its last SSE event if a stream is open), the upstream a
@@ -137,12 +166,13 @@ class HttpCalls:
     async def _answer_resumable(
         self,
         session: LegacySession,
-        stream: MemoryObjectReceiveStream[wire.Message],
+        stream: Inbox,
         msg_id: wire.RequestId,
         receive: Receive,
         send: Send,
+        gone: ClientGone | None,
     ) -> wire.Message | None:
-        outcome = await self.streams.answer(session.streams, stream, msg_id, receive, send)
+        outcome = await self.streams.answer(session.streams, stream, msg_id, receive, send, gone)
         if outcome is None:  # the session ended before anything came
             await respond(
                 send, 404, wire.error_response(msg_id, wire.INVALID_REQUEST, "Session ended")
@@ -171,3 +201,5 @@ class HttpCalls:
         self._cut_off = True
         for wait in list(self._waits):
             wait.cancel()
+        for inbox in list(self._firsts):
+            inbox.interrupt()

@@ -17,7 +17,7 @@ from anyio.abc import TaskGroup
 from gateway import inbound, wire
 from gateway.client_link import ClientLink
 from gateway.core import http_binding, http_requests
-from gateway.fronts.asgi import Receive, Scope, Send
+from gateway.fronts.asgi import ClientGone, Receive, Scope, Send, client_gone
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import (
     HttpError,
@@ -92,7 +92,7 @@ class HttpFront:
             else:
                 principal = self.access.principal(headers)
                 if method == "POST":
-                    await self._post(headers, principal, receive, send)
+                    await self._post(headers, principal, receive, send, client_gone(scope))
                 elif method == "GET":
                     await self._get(headers, principal, receive, send)
                 elif method == "DELETE":
@@ -112,7 +112,12 @@ class HttpFront:
 
     # -- POST --------------------------------------------------------------------
     async def _post(
-        self, headers: dict[str, str], principal: str, receive: Receive, send: Send
+        self,
+        headers: dict[str, str],
+        principal: str,
+        receive: Receive,
+        send: Send,
+        gone: ClientGone | None,
     ) -> None:
         limit = self.config.max_message_bytes
         _refuse(http_requests.post_refusal(headers, limit))
@@ -145,13 +150,20 @@ class HttpFront:
             await self._post_other(msg, kind, session_id, principal, modern, send)
             return
         if modern:
-            await self._modern_request(headers, principal, msg, receive, send)
+            await self._modern_request(headers, principal, msg, receive, send, gone)
         elif session_id is None and msg["method"] == "initialize":
             await self._sessions.initialize(principal, msg, receive, send)
         else:
             session = self._sessions.find(session_id, principal, msg.get("id"))
             await self._calls.run(
-                session.link, session.output, msg, receive, send, modern=False, session=session
+                session.link,
+                session.output,
+                msg,
+                receive,
+                send,
+                modern=False,
+                session=session,
+                gone=gone,
             )
 
     async def _post_other(
@@ -182,6 +194,7 @@ class HttpFront:
         msg: wire.Message,
         receive: Receive,
         send: Send,
+        gone: ClientGone | None,
     ) -> None:
         missing = http_requests.missing_request_fields(msg)
         if missing is not None:
@@ -203,7 +216,7 @@ class HttpFront:
         )
         self.service.links.add(link)
         try:
-            await self._calls.run(link, output, msg, receive, send, modern=True)
+            await self._calls.run(link, output, msg, receive, send, modern=True, gone=gone)
         finally:
             self.service.drop_link(link)
 

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway import wire
-from gateway.fronts.asgi import Receive, Send, chunk, sse_start, watch_disconnect
+from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
+from gateway.fronts.http_output import Inbox
 from gateway.fronts.resumable_stream import ResumableStream, parse_event_id
 from gateway.log_limit import LogLimiter
+from gateway.loop_clock import LazyClock
 
 log = structlog.get_logger("gateway.fronts.http")
 abandoned_log = LogLimiter(log)
@@ -92,47 +93,65 @@ class LegacyStreams:
         window: float,
         waits: set[anyio.CancelScope],
         cut_off: Callable[[], bool],
-        clock: Callable[[], float] = anyio.current_time,
+        firsts: set[Inbox] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._retry_ms = max(0, round(retry * 1000))
         self._poll_after = poll_after if poll_after > 0 else math.inf
         self._prime_after = min(PRIME_AFTER, self._poll_after)
         self.window = window
-        # The waits cut at the end of the shutdown grace (the front's).
+        # The waits cut at the end of the shutdown grace (the front's): with
+        # a scope, or on an inbox's first message.
         self._waits = waits
+        self._firsts: set[Inbox] = set() if firsts is None else firsts
         self._cut_off = cut_off
-        self._clock = clock
+        self._clock = LazyClock() if clock is None else clock
 
     # -- POST: a request of the session --------------------------------------------------
     async def answer(
         self,
         streams: SessionStreams,
-        inbox: MemoryObjectReceiveStream[wire.Message],
+        inbox: Inbox,
         msg_id: wire.RequestId,
         receive: Receive,
         send: Send,
+        gone: ClientGone | None = None,
     ) -> Outcome | None:
         """Answer one request; None when the session ended before anything
-        came (the caller answers 404)."""
+        came (the caller answers 404). `gone`: the server's word when the
+        client leaves, if it gives one (else a watcher waits for it)."""
         first: wire.Message | None = None
         waited = ended = False
+        now = self._clock()
         # The poll time runs from the request: the POST's response is held no longer.
-        poll_at = self._clock() + self._poll_after
-        async with anyio.create_task_group() as tg:
-            self._waits.add(tg.cancel_scope)
+        poll_at = now + self._poll_after
+        prime_at = now + self._prime_after
+        if not self._cut_off():
+            self._firsts.add(inbox)
             try:
-                if self._cut_off():
-                    tg.cancel_scope.cancel()
-                tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
-                with anyio.move_on_after(self._prime_after) as timer:
-                    try:
-                        first = await inbox.receive()
-                    except anyio.EndOfStream:
-                        ended = True
-                waited = timer.cancelled_caught
-                tg.cancel_scope.cancel()
+                first = await inbox.first(self._prime_after, gone)
+            except anyio.EndOfStream:
+                return None
             finally:
-                self._waits.discard(tg.cancel_scope)
+                self._firsts.discard(inbox)
+            if first is None and gone is not None and gone.gone:
+                return Outcome(None, cancel_upstream=True)  # nothing sent: nothing to resume
+        if first is None:
+            async with anyio.create_task_group() as tg:
+                self._waits.add(tg.cancel_scope)
+                try:
+                    if self._cut_off():
+                        tg.cancel_scope.cancel()
+                    tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
+                    with anyio.move_on_after(prime_at - self._clock()) as timer:
+                        try:
+                            first = await inbox.get()
+                        except anyio.EndOfStream:
+                            ended = True
+                    waited = timer.cancelled_caught
+                    tg.cancel_scope.cancel()
+                finally:
+                    self._waits.discard(tg.cancel_scope)
         if ended:
             return None
         stream = streams.new()
@@ -170,7 +189,7 @@ class LegacyStreams:
 
     async def _pump(
         self,
-        inbox: MemoryObjectReceiveStream[wire.Message],
+        inbox: Inbox,
         stream: ResumableStream,
         msg_id: wire.RequestId,
     ) -> None:
@@ -182,7 +201,7 @@ class LegacyStreams:
                 if self._cut_off():
                     scope.cancel()
                 while not stream.ended:  # ends with the reply
-                    stream.record(await inbox.receive())
+                    stream.record(await inbox.get())
             except anyio.EndOfStream:  # the session ended under the call
                 stream.end()
             finally:

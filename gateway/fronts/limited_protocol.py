@@ -20,6 +20,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway import wire
+from gateway.fronts.asgi import CLIENT_GONE, ClientGone, client_gone
 from gateway.fronts.connection_guard import (
     BODY,
     HEAD,
@@ -29,6 +30,7 @@ from gateway.fronts.connection_guard import (
     SERVING,
     ConnectionGuard,
 )
+from gateway.fronts.one_write_answers import OneWriteTransport
 
 
 def protocol_class(guard: ConnectionGuard) -> type[LimitedHttpToolsProtocol]:
@@ -80,6 +82,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.guard.forget(self)
         self.deadline = NEVER
         super().connection_lost(exc)
+        self._client_gone()
+
+    def _client_gone(self) -> None:
+        """Tell the request being answered that its client left (pipelined
+        ones never start)."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            gone = client_gone(cycle.scope)  # type: ignore[arg-type]
+            if gone is not None:
+                gone.fire()
 
     def serving(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
@@ -149,6 +161,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        extensions: dict[str, Any] = {CLIENT_GONE: ClientGone(self.loop)}
+        self.scope["extensions"] = extensions
         self.guard.touch(self)
         self._begun += 1
         self._in_head = True
@@ -165,6 +179,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             raise _Refused  # stop parsing: nothing of this request runs
         self._set_deadline(BODY, self.limits.body_timeout)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # not an upgrade
+            # Its task has not run yet: every answer's head and body in one write.
+            cycle.transport = OneWriteTransport(self.transport, self.loop)  # type: ignore[assignment]
 
     def _head_size(self) -> int:
         """The head's bytes: request line, header lines, blank line (less any
@@ -219,6 +237,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             # answer goes nowhere (send is a no-op once disconnected).
             cycle.disconnected = True
             cycle.message_event.set()
+            self._client_gone()
             self._refuse(status, reason, message, body_phase=True)
         else:
             # Answered already (e.g. 401 before the body), or queued behind

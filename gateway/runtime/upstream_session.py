@@ -17,6 +17,7 @@ from gateway.core import upstream_log_level
 from gateway.core.profile import UpstreamProfile
 from gateway.core.session_choice import SessionKey
 from gateway.core.upstream_failures import failure_reply
+from gateway.loop_clock import LazyClock
 from gateway.runtime.pending_calls import (
     CallWatcher,
     PendingCall,
@@ -64,6 +65,7 @@ class UpstreamSession:
         self.last_used = 0
         self._next_id = 0
         self._next_token = 0
+        self.clock = LazyClock()  # anyio.current_time(), cheaper on the path of every call
 
     @property
     def alive(self) -> bool:
@@ -111,7 +113,7 @@ class UpstreamSession:
             None,
             None,
             on_reply=ignore_reply,
-            deadline=anyio.current_time() + grace,
+            deadline=self.clock() + grace,
             method=pending.method,
         )
 
@@ -194,7 +196,7 @@ class UpstreamSession:
             owner,
             log_level,
             on_reply=on_reply,
-            deadline=anyio.current_time() + timeout,
+            deadline=self.clock() + timeout,
             method=method,
             client_id=client_id,
         )
