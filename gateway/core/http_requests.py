@@ -7,6 +7,7 @@ The headers a modern request must carry are the binding's (http_binding)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ class HeadRefusal:
     close: bool = False
 
 
+@functools.lru_cache(maxsize=64)  # a client sends the same Accept each time
 def accepts_json_and_sse(accept: str | None) -> bool:
     """2026-07-28 "Sending Messages" 2: Accept lists both content types."""
     if not accept:

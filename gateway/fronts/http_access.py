@@ -5,8 +5,7 @@ read /metrics and the /readyz details."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from gateway import wire
 from gateway.config import Config
@@ -99,19 +98,17 @@ class HttpAccess:
             return None
         return bearer(headers, tokens)
 
-    @contextmanager
-    def in_progress(self, principal: str, msg_id: wire.RequestId) -> Iterator[None]:
+    def begin(self, principal: str, msg_id: wire.RequestId) -> None:
         """Count a request against its principal's `http_max_concurrent`
-        (429 beyond it), and release the count on every way out."""
+        (429 beyond it); the caller calls end() on every way out."""
         busy = self.busy.get(principal, 0)
         if busy >= self.config.http_max_concurrent:
             raise HttpError(429, "Too many requests in progress", wire.INTERNAL_ERROR, msg_id)
         self.busy[principal] = busy + 1
-        try:
-            yield
-        finally:
-            left = self.busy[principal] - 1
-            if left:
-                self.busy[principal] = left
-            else:
-                del self.busy[principal]
+
+    def end(self, principal: str) -> None:
+        left = self.busy[principal] - 1
+        if left:
+            self.busy[principal] = left
+        else:
+            del self.busy[principal]

@@ -74,8 +74,11 @@ class HttpCalls:
         """Run one request and answer it, counted against its principal's
         requests in progress. `gone`: the server's word when the client
         leaves, if it gives one."""
-        with self.access.in_progress(link.principal, msg["id"]):
+        self.access.begin(link.principal, msg["id"])
+        try:
             await self._run(link, output, msg, receive, send, modern, extra_headers, session, gone)
+        finally:
+            self.access.end(link.principal)
 
     async def _run(
         self,

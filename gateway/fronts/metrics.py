@@ -5,6 +5,7 @@ The front counts what it answers; the rest is a snapshot the runtime fills
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 
 from gateway import era, wire
@@ -32,9 +33,10 @@ class Metrics:
         self.known_methods = era.SPEC_METHODS | extra_methods
         self.requests: Counter[tuple[str, str, str]] = Counter()
         self.http_errors: Counter[int] = Counter()
-        self.latency_buckets: Counter[tuple[str, float]] = Counter()
+        # Per era path: how many latencies fell in each bucket (not yet
+        # cumulative: one count a request; the last past every bound).
+        self.latency_buckets: dict[str, list[int]] = {}
         self.latency_sum: dict[str, float] = {}
-        self.latency_count: Counter[str] = Counter()
 
     def observe_request(
         self,
@@ -60,10 +62,10 @@ class Metrics:
             method = OTHER
         self.requests[(path, method, outcome)] += 1
         self.latency_sum[path] = self.latency_sum.get(path, 0.0) + seconds
-        self.latency_count[path] += 1
-        for bound in BUCKETS:
-            if seconds <= bound:
-                self.latency_buckets[(path, bound)] += 1
+        counts = self.latency_buckets.get(path)
+        if counts is None:
+            counts = self.latency_buckets[path] = [0] * (len(BUCKETS) + 1)
+        counts[bisect.bisect_left(BUCKETS, seconds)] += 1  # the first bound it is <= to
 
     def count_http_error(self, status: int) -> None:
         self.http_errors[status] += 1
@@ -84,14 +86,15 @@ class Metrics:
             "# HELP mcp_gateway_request_seconds Time from request to answer, by era path.",
             "# TYPE mcp_gateway_request_seconds histogram",
         ]
-        for path in sorted(self.latency_count):
+        for path in sorted(self.latency_buckets):
             name = label_value(path)
-            for bound in BUCKETS:
-                n = self.latency_buckets[(path, bound)]
+            n = 0
+            for bound, in_bucket in zip(BUCKETS, self.latency_buckets[path], strict=False):
+                n += in_bucket
                 lines.append(
                     f'mcp_gateway_request_seconds_bucket{{path="{name}",le="{bound}"}} {n}'
                 )
-            count = self.latency_count[path]
+            count = sum(self.latency_buckets[path])
             lines.append(f'mcp_gateway_request_seconds_bucket{{path="{name}",le="+Inf"}} {count}')
             lines.append(
                 f'mcp_gateway_request_seconds_sum{{path="{name}"}} {self.latency_sum[path]:.6f}'

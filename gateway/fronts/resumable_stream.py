@@ -41,7 +41,8 @@ class ResumableStream:
         self.ended = False  # the reply is recorded, or there never will be one
         self.cut_off = False  # ended by the end of the shutdown grace
         self._attachment = 0  # which response writes the stream; 0 = none
-        self._news = anyio.Event()
+        # Made when a writer waits: most streams end before anyone does.
+        self._news: anyio.Event | None = None
         self.detached_at: float | None = None
 
     # -- the call's side ---------------------------------------------------------------
@@ -129,11 +130,14 @@ class ResumableStream:
 
     async def news(self) -> None:
         """Returns once something was recorded, or the writer changed."""
+        if self._news is None:
+            self._news = anyio.Event()
         await self._news.wait()
 
     def _wake(self) -> None:
-        self._news.set()
-        self._news = anyio.Event()
+        if self._news is not None:
+            self._news.set()
+            self._news = None
 
 
 def parse_event_id(value: str) -> tuple[str, int] | None:
