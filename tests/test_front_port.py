@@ -48,6 +48,9 @@ class StandIn:
     ) -> None:
         raise AssertionError("no client message is expected")
 
+    def take_request(self, link: ClientLink, msg: wire.Message, tg: TaskGroup) -> None:
+        raise AssertionError("no client request is expected")
+
     def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
         raise AssertionError("no client reply is expected")
 

@@ -18,6 +18,7 @@ from gateway import inbound, wire
 from gateway.client_link import ClientLink
 from gateway.core import http_binding, http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Scope, Send, client_gone
+from gateway.fronts.direct_posts import DirectPosts
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import (
     HttpError,
@@ -47,6 +48,8 @@ class HttpFront:
         self.access = HttpAccess(self.config, service.remember_credential)
         self._calls = HttpCalls(service, metrics, self.access, self._tools)
         self._sessions = HttpSessions(service, self._calls)
+        # The plain POSTs, answered by the front's own server without a task.
+        self.direct = DirectPosts(service, self.access, self._calls, self._sessions, self._tools)
 
     @property
     def tg(self) -> TaskGroup | None:
@@ -249,6 +252,7 @@ class HttpFront:
         """The shutdown grace is over: every call still waiting is answered
         with an error now, before the server gives up on its connections."""
         self._calls.cut_off()
+        self.direct.cut_off()
 
     def end_streams(self) -> None:
         """Shutdown begins: GET streams end now (they never would by themselves)."""

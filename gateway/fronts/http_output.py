@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -37,15 +37,27 @@ QUICK = 0.05
 dropped_log = LogLimiter(log)
 
 
+class DirectReader(Protocol):
+    """Reads an inbox without waiting on it (fronts/direct_posts.py)."""
+
+    def take(self, msg: wire.Message) -> bool:
+        """Whether it took `msg` (else it is queued)."""
+
+    def closed(self) -> None:
+        """The inbox closed (e.g. its session ended)."""
+
+
 class Inbox:
     """The messages on their way to one response, in order: a queue and a
     wake-up, the least a waiting response can cost (a call answered at once
     is most calls; an anyio memory stream costs it several times more).
     Written by the service's callbacks, read by the one response."""
 
-    __slots__ = ("_event", "_future", "_interrupted", "_items", "closed")
+    __slots__ = ("_event", "_future", "_interrupted", "_items", "closed", "direct")
 
     def __init__(self) -> None:
+        # Takes each message first when set; those it declines are queued.
+        self.direct: DirectReader | None = None
         self._items: deque[wire.Message] = deque()
         self._event: anyio.Event | None = None  # get()'s wait
         self._future: asyncio.Future[None] | None = None  # first()'s wait
@@ -59,6 +71,9 @@ class Inbox:
         """Queue `msg`; False once the inbox is closed (nobody reads it)."""
         if self.closed:
             return False
+        direct = self.direct
+        if direct is not None and direct.take(msg):
+            return True
         self._items.append(msg)
         self._wake()
         return True
@@ -66,6 +81,8 @@ class Inbox:
     def close(self) -> None:
         """No more messages: the reader gets what is queued, then EndOfStream."""
         self.closed = True
+        if self.direct is not None:
+            self.direct.closed()
         self._wake()
 
     def interrupt(self) -> None:

@@ -79,6 +79,18 @@ class SessionStreams:
 
 
 @dataclass(frozen=True, slots=True)
+class WholeAnswer:
+    """A response written in one piece: status, headers (less the length), body."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+
+SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"))
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     reply: wire.Message | None  # what the client got last, if anything
     cancel_upstream: bool  # the call did not end upstream: cancel it there
@@ -99,6 +111,8 @@ class LegacyStreams:
         self._retry_ms = max(0, round(retry * 1000))
         self._poll_after = poll_after if poll_after > 0 else math.inf
         self._prime_after = min(PRIME_AFTER, self._poll_after)
+        # When a POST's answer without any message yet becomes a primed stream.
+        self.prime_after = self._prime_after
         self.window = window
         # The waits cut at the end of the shutdown grace (the front's): with
         # a scope, or on an inbox's first message.
@@ -116,20 +130,23 @@ class LegacyStreams:
         receive: Receive,
         send: Send,
         gone: ClientGone | None = None,
+        since: float | None = None,
     ) -> Outcome | None:
         """Answer one request; None when the session ended before anything
         came (the caller answers 404). `gone`: the server's word when the
-        client leaves, if it gives one (else a watcher waits for it)."""
+        client leaves, if it gives one (else a watcher waits for it);
+        `since`: when the request came (the clock's), if not now."""
         first: wire.Message | None = None
         waited = ended = False
         now = self._clock()
+        since = now if since is None else since
         # The poll time runs from the request: the POST's response is held no longer.
-        poll_at = now + self._poll_after
-        prime_at = now + self._prime_after
+        poll_at = since + self._poll_after
+        prime_at = since + self._prime_after
         if not self._cut_off():
             self._firsts.add(inbox)
             try:
-                first = await inbox.first(self._prime_after, gone)
+                first = await inbox.first(max(0.0, prime_at - now), gone)
             except anyio.EndOfStream:
                 return None
             finally:
@@ -162,13 +179,14 @@ class LegacyStreams:
             stream.record(first)
         elif not waited:  # the client left before anything was sent: nothing to resume
             return Outcome(None, cancel_upstream=True)
-        await send(sse_start())
         attachment = stream.attach()
         data = stream.priming(self._retry_ms) + b"".join(e for _, e in stream.after(0))
         if stream.ended:  # the usual case: the reply came first, all in one write
+            await send(sse_start((b"content-length", b"%d" % len(data))))
             await send(chunk(data, more=False))
             return Outcome(stream.reply, cancel_upstream=stream.reply is None or stream.cut_off)
         streams.keep(stream)
+        await send(sse_start())
         await send(chunk(data, more=True))
         async with anyio.create_task_group() as call:
             call.start_soon(self._pump, inbox, stream, msg_id)
@@ -186,6 +204,15 @@ class LegacyStreams:
             stream.end()
             return Outcome(None, cancel_upstream=True)
         return Outcome(stream.reply, cancel_upstream=stream.reply is None or stream.cut_off)
+
+    def whole_answer(self, streams: SessionStreams, reply: wire.Message) -> WholeAnswer:
+        """A request's answer when its reply came first: the SSE stream
+        answer() writes then, primed and whole (the front's own server
+        writes it at once)."""
+        stream = streams.new()
+        stream.record(reply)
+        data = stream.priming(self._retry_ms) + b"".join(e for _, e in stream.after(0))
+        return WholeAnswer(200, SSE_HEADERS, data)
 
     async def _pump(
         self,

@@ -17,7 +17,12 @@ from typing import Any
 
 import httptools
 import orjson
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from gateway import wire
 from gateway.fronts.asgi import CLIENT_GONE, ClientGone, client_gone
@@ -30,21 +35,28 @@ from gateway.fronts.connection_guard import (
     SERVING,
     ConnectionGuard,
 )
+from gateway.fronts.direct_answer import CycleAnswer
+from gateway.fronts.direct_posts import TEXT_HEADERS, DirectPosts
 from gateway.fronts.one_write_answers import OneWriteTransport
 
 
-def protocol_class(guard: ConnectionGuard) -> type[LimitedHttpToolsProtocol]:
-    """A protocol class for uvicorn's `Config(http=...)`, bound to one guard."""
+def protocol_class(
+    guard: ConnectionGuard, direct: DirectPosts | None = None
+) -> type[LimitedHttpToolsProtocol]:
+    """A protocol class for uvicorn's `Config(http=...)`, bound to one guard
+    and the front's direct answers."""
 
     class Bound(LimitedHttpToolsProtocol):
         pass
 
     Bound.guard = guard
+    Bound.direct = direct
     return Bound
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     guard: ConnectionGuard
+    direct: DirectPosts | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -60,6 +72,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_lower = 0
         self._chunk = 0  # the size of the chunk being parsed
         self._begun = 0  # requests begun on this connection
+        # The request being answered (self.cycle is the last one parsed,
+        # which may be pipelined behind it), and one offered to `direct`
+        # once its body is in.
+        self._answering: RequestResponseCycle | None = None
+        self._offered: tuple[RequestResponseCycle, Any] | None = None
+        self._completing = False  # in on_response_complete
 
     def _set_deadline(self, phase: str, seconds: float) -> None:
         self.phase = phase
@@ -87,11 +105,51 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _client_gone(self) -> None:
         """Tell the request being answered that its client left (pipelined
         ones never start)."""
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            gone = client_gone(cycle.scope)  # type: ignore[arg-type]
-            if gone is not None:
-                gone.fire()
+        for cycle in (self._answering, self.cycle):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                gone = client_gone(cycle.scope)  # type: ignore[arg-type]
+                if gone is not None:
+                    gone.fire()
+
+    # -- direct answers (fronts/direct_posts.py) --------------------------------
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._answering = cycle
+        direct = self.direct
+        if (
+            direct is not None
+            and app is self.app
+            and not cycle.waiting_for_100_continue
+            and direct.offered(cycle.scope)  # type: ignore[arg-type]
+        ):
+            if cycle.more_body:
+                if _declared_length(cycle) <= HIGH_WATER_LIMIT:  # else uvicorn pauses reading
+                    self._offered = (cycle, app)  # offered once its body is in
+                    return
+            elif self._completing:
+                # A pipelined request, started from the end of the answer
+                # before it (maybe inside an upstream reply's callback): later.
+                self.loop.call_soon(self._offer, cycle, app)
+                return
+            elif self._offer_now(cycle):
+                return
+        super()._start_asgi_task(cycle, app)
+
+    def _offer(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if not self._offer_now(cycle):
+            super()._start_asgi_task(cycle, app)
+
+    def _offer_now(self, cycle: RequestResponseCycle) -> bool:
+        gone = client_gone(cycle.scope)  # type: ignore[arg-type]
+        if cycle.disconnected or gone is None or self.direct is None:
+            return False
+        answer = CycleAnswer(cycle, self.transport, gone, super()._start_asgi_task)
+        try:
+            return self.direct.take(cycle.scope, bytes(cycle.body), answer)  # type: ignore[arg-type]
+        except Exception as exc:  # a defect: the connection goes on, as after an app's
+            self.direct.failed(exc)
+            answer.respond(500, TEXT_HEADERS, b"Internal Server Error")
+            return True
 
     def serving(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
@@ -197,6 +255,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         else:
             self.phase, self.deadline = SERVING, NEVER
         super().on_message_complete()
+        offered = self._offered
+        if offered is not None and offered[0] is self.cycle and not offered[0].more_body:
+            self._offered = None
+            self._offer(*offered)
 
     def on_response_complete(self) -> None:
         # uvicorn's, with the idle deadline instead of a keep-alive timer.
@@ -206,7 +268,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
+            self._completing = True
+            try:
+                self._start_asgi_task(cycle, app)
+            finally:
+                self._completing = False
         elif self.phase == SERVING:
             self._set_deadline(IDLE, self.limits.idle_timeout)
 
@@ -266,3 +332,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing a refused request."""
+
+
+def _declared_length(cycle: RequestResponseCycle) -> int:
+    """The request's Content-Length (uvicorn's parser checked it); a chunked
+    body counts as endless."""
+    for name, value in cycle.scope["headers"]:
+        if name == b"content-length":
+            return int(value)
+    return HIGH_WATER_LIMIT + 1

@@ -153,7 +153,7 @@ async def _serve(config: Config, sockets: list[socket.socket]) -> int:
             lifespan="off",
             access_log=False,
             log_level="warning",
-            http=http_limits.protocol_class(guard),
+            http=http_limits.protocol_class(guard, front.direct),
             ws="none",
             backlog=capacity.backlog,
             loop="asyncio",

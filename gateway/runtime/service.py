@@ -70,15 +70,21 @@ class GatewayService:
                 await self._refuse(link, msg, wrong)
                 return
         if kind is wire.Kind.REQUEST:
-            inflight = link.inflight
-            if msg["id"] in inflight or len(inflight) >= self.config.max_inflight_per_client:
-                await link.send(self._over_limits(link, msg["id"]))
-            else:
-                self.calls.take(link, msg, tg)
+            self.take_request(link, msg, tg)
         elif kind is wire.Kind.NOTIFICATION:
             await self._handle_client_notification(link, msg)
         else:
             self.server_requests.client_answered(link, msg)
+
+    def take_request(self, link: ClientLink, msg: wire.Message, tg: anyio.abc.TaskGroup) -> None:
+        """A client request whose shape the front checked: served at once
+        when nothing in it waits, else in a task of `tg` (the link's group);
+        refused past the link's limits (the answer queued on the link)."""
+        inflight = link.inflight
+        if msg["id"] in inflight or len(inflight) >= self.config.max_inflight_per_client:
+            link.send_nowait(self._over_limits(link, msg["id"]))
+        else:
+            self.calls.take(link, msg, tg)
 
     def _over_limits(self, link: ClientLink, msg_id: wire.RequestId) -> wire.Message:
         if msg_id in link.inflight:
