@@ -383,6 +383,43 @@ async def test_a_2025_11_25_call_outlives_its_stream_and_is_resumed(tmp_path: Pa
     assert not log.exists()  # never cancelled upstream
 
 
+async def test_each_slow_2025_11_25_call_is_primed_at_its_own_time(tmp_path: Path) -> None:
+    """2025-11-25 "Resumability and Redelivery": a call still running at the
+    priming time gets its priming event then, not with its reply — the
+    second of two calls started apart as well as the first (the front keeps
+    one timer for them all, re-armed for the next call due)."""
+    calls = tmp_path / "calls.log"
+    async with gateway(tmp_path, env={"FLAKY_CALLS": str(calls)}) as c:
+        sh = await _legacy_session(c)
+        gaps: dict[int, float] = {}
+
+        async def call(msg_id: int) -> None:
+            sleep = {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"seconds": 2.5}},
+            }
+            primed = None
+            async with c.stream("POST", "/mcp", headers=sh, json=sleep) as resp:
+                async for line in resp.aiter_lines():  # ends with the reply's data line
+                    if line.startswith("retry: "):
+                        primed = anyio.current_time()
+                    elif line.startswith("data: {"):
+                        assert primed is not None
+                        gaps[msg_id] = anyio.current_time() - primed
+                        break
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, 2)
+            await wait_logged(calls, '"sleep"')
+            await anyio.sleep(0.4)
+            tg.start_soon(call, 3)
+    # Primed about a second in, replied 2.5 s in (the second 5 s in: the
+    # server sleeps one call at a time): well apart for both.
+    assert gaps[2] > 0.7 and gaps[3] > 0.7, gaps
+
+
 async def test_older_sessions_keep_json_answers(tmp_path: Path) -> None:
     """Priming events (empty data) are for 2025-11-25 clients: an older
     session's requests are answered in JSON, as before."""

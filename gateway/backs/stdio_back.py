@@ -205,8 +205,10 @@ class StdioServerProcess:
     def send_nowait(self, msg: wire.Message) -> None:
         if self.tap is not None:
             self.tap("to-server", msg)
-        with self._writing():
+        try:  # _writing()'s mapping, without a context manager on the path of every call
             self._stdin.write(wire.encode(msg))
+        except anyio.BrokenResourceError as exc:
+            raise self._exited(exc) from exc
 
     async def send(self, msg: wire.Message) -> None:
         self.send_nowait(msg)

@@ -71,6 +71,9 @@ class DirectPosts:
         self.limit = service.config.max_message_bytes
         self._prime_after = calls.streams.prime_after
         self.live: set[DirectCall] = set()
+        # The 2025-11-25 calls among them, oldest first, and the one timer for their priming time.
+        self._priming: dict[DirectCall, None] = {}
+        self._priming_timer: asyncio.TimerHandle | None = None
 
     def offered(self, scope: Scope) -> bool:
         """Whether a request of this head may be offered once its body is in."""
@@ -128,12 +131,34 @@ class DirectPosts:
         direct = DirectCall(self, call, answer)
         if call.session is not None and call.session.resumable:
             # 2025-11-25: past the priming time the answer becomes a stream.
-            direct.timer = answer.gone.loop.call_later(self._prime_after, direct.hand_over)
+            self._priming[direct] = None
+            if self._priming_timer is None:
+                self._prime_at(direct, answer.gone.loop)
         self.live.add(direct)
         call.inbox.direct = direct
         answer.gone.listener = direct.on_gone
         self.service.take_request(call.link, msg, calls.tg)
         return True
+
+    def _prime_at(self, direct: DirectCall, loop: asyncio.AbstractEventLoop) -> None:
+        due = direct.call.since + self._prime_after
+        self._priming_timer = loop.call_at(due, self._prime_due, loop)
+
+    def _prime_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand over the calls past their priming time, oldest first; then
+        wait for the next one's (one timer for them all: most calls end long
+        before, and a timer each would cost every call)."""
+        self._priming_timer = None
+        now = loop.time()
+        for direct in list(self._priming):  # oldest first
+            if direct.call.since + self._prime_after > now:
+                self._prime_at(direct, loop)
+                return
+            direct.hand_over()
+
+    def forget(self, direct: DirectCall) -> None:
+        self.live.discard(direct)
+        self._priming.pop(direct, None)
 
     def failed(self, exc: Exception) -> None:
         """A defect while taking a request (the server answers it 500)."""
@@ -149,13 +174,12 @@ class DirectPosts:
 class DirectCall:
     """One call taken by DirectPosts, until its answer is written or handed over."""
 
-    __slots__ = ("answer", "call", "done", "posts", "timer")
+    __slots__ = ("answer", "call", "done", "posts")
 
     def __init__(self, posts: DirectPosts, call: HttpCall, answer: DirectAnswer) -> None:
         self.posts = posts
         self.call = call
         self.answer = answer
-        self.timer: asyncio.TimerHandle | None = None
         self.done = False
 
     def take(self, msg: wire.Message) -> bool:
@@ -230,9 +254,7 @@ class DirectCall:
         self.done = True
         self.call.inbox.direct = None
         self.answer.gone.listener = None
-        if self.timer is not None:
-            self.timer.cancel()
-        self.posts.live.discard(self)
+        self.posts.forget(self)
 
     def _close(self) -> None:
         call = self.call
