@@ -89,10 +89,10 @@ class Call:
         self.done = anyio.Event()
         self._streams, self._session = streams, session
 
-    async def run(self) -> None:
+    async def run(self, msg_id: int = 7) -> None:
         try:
             self.outcome = await self._streams.answer(
-                self._session, self.inbox, 7, self.post.receive, self.post.send
+                self._session, self.inbox, msg_id, self.post.receive, self.post.send
             )
         finally:
             self.inbox.close()
@@ -116,6 +116,27 @@ async def test_a_reply_that_comes_first_goes_out_with_the_priming_event_in_one_w
     assert call.post.bodies == 1
     assert call.outcome == Outcome(REPLY, cancel_upstream=False)
     assert session.live == {}  # delivered whole: nothing to resume
+
+
+@on_mock_clock
+async def test_the_whole_answer_written_directly_is_the_one_answer_writes() -> None:
+    """The front's own server writes a reply that came first without a task
+    (fronts/direct_posts.py): the same status, headers and bytes, and the
+    same stream ids going on, as the ASGI answer."""
+    streams, _ = front()
+    slow, direct = SessionStreams(), SessionStreams()
+    for msg_id in (7, 8):
+        call = Call(streams, slow)
+        reply = {**REPLY, "id": msg_id}
+        call.inbox.put(reply)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call.run, msg_id)
+        whole = streams.whole_answer(direct, reply)
+        start = call.post.sent[0]
+        assert whole.status == start["status"] == 200
+        assert [*whole.headers, (b"content-length", b"%d" % len(whole.body))] == start["headers"]
+        assert whole.body == call.post.sent[1]["body"]
+    assert slow.live == direct.live == {}
 
 
 @on_mock_clock

@@ -26,7 +26,12 @@ import structlog
 from gateway import wire
 from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_output import Inbox
-from gateway.fronts.resumable_stream import ResumableStream, parse_event_id
+from gateway.fronts.resumable_stream import (
+    ResumableStream,
+    message_event,
+    parse_event_id,
+    priming_event,
+)
 from gateway.log_limit import LogLimiter
 from gateway.loop_clock import LazyClock
 
@@ -55,8 +60,11 @@ class SessionStreams:
     def new(self) -> ResumableStream:
         """A stream with the session's next id, not yet resumable: most
         answers are whole in one write and never need to be."""
+        return ResumableStream(self.next_id())
+
+    def next_id(self) -> str:
         self._opened += 1
-        return ResumableStream(str(self._opened))
+        return str(self._opened)
 
     def keep(self, stream: ResumableStream) -> None:
         """Make `stream` resumable; past KEEP_ENDED uncollected ended streams,
@@ -209,9 +217,8 @@ class LegacyStreams:
         """A request's answer when its reply came first: the SSE stream
         answer() writes then, primed and whole (the front's own server
         writes it at once)."""
-        stream = streams.new()
-        stream.record(reply)
-        data = stream.priming(self._retry_ms) + b"".join(e for _, e in stream.after(0))
+        stream_id = streams.next_id()
+        data = priming_event(stream_id, 0, self._retry_ms) + message_event(stream_id, 1, reply)
         return WholeAnswer(200, SSE_HEADERS, data)
 
     async def _pump(

@@ -51,12 +51,12 @@ class ResumableStream:
         the first of each resumption (`seq`: where it resumes), so that a
         client always holds an id to resume from, even when a response ends
         before any message (TS SDK clients forget the id they resumed with)."""
-        return f"id: {self.stream_id}/{seq}\nretry: {retry_ms}\ndata: \n\n".encode()
+        return priming_event(self.stream_id, seq, retry_ms)
 
     def record(self, msg: wire.Message) -> None:
         seq = self._next
         self._next += 1
-        event = _event(self.stream_id, seq, msg)
+        event = message_event(self.stream_id, seq, msg)
         note = "id" not in msg
         self._events.append((seq, event, note))
         if note:
@@ -149,7 +149,11 @@ def parse_event_id(value: str) -> tuple[str, int] | None:
     return stream_id, int(seq)
 
 
-def _event(stream_id: str, seq: int, msg: wire.Message) -> bytes:
+def priming_event(stream_id: str, seq: int, retry_ms: int) -> bytes:
+    return f"id: {stream_id}/{seq}\nretry: {retry_ms}\ndata: \n\n".encode()
+
+
+def message_event(stream_id: str, seq: int, msg: wire.Message) -> bytes:
     return (
         b"id: "
         + f"{stream_id}/{seq}".encode()
