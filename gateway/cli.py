@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import os
 import shutil
 import sys
@@ -182,10 +183,28 @@ def _main(argv: list[str]) -> int:
     if cfg.listen != "stdio":
         from gateway.runtime.http_app import serve_http
 
+        _settle_memory()
         return anyio.run(serve_http, cfg)
     from gateway.runtime.stdio_app import serve_stdio
 
+    _settle_memory()
     return anyio.run(serve_stdio, cfg)
+
+
+# Young objects the collector lets accumulate before it looks: most of a
+# call's objects are freed by reference counting first, so a higher mark
+# mostly saves collections (700, the default, ran one every few dozen calls).
+GC_YOUNG = 5000
+
+
+def _settle_memory() -> None:
+    """Every module is imported: what exists now lives as long as the
+    process. Frozen out of the cyclic collector's reach, a full collection no
+    longer walks ~40,000 import-time objects in the middle of the traffic;
+    cycles made later are still collected. Under load this was ~7 µs of a
+    ~90 µs HTTP call (bench/)."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 def _check_upstream_command(cfg: config_mod.Config) -> None:
