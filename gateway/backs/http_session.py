@@ -9,8 +9,10 @@ connection (http_back) runs the exchanges, and asks this what to send."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -25,6 +27,13 @@ log = structlog.get_logger("gateway.backs.http")
 # Pages of our own tools/list refresh after a -32020 (a bound, not a limit
 # any real server reaches).
 _MAX_TOOL_PAGES = 50
+
+# What a header may carry to go out as it is, written by hand (http_direct):
+# a token name, a value of visible ASCII with inner blanks. Anything else goes
+# the general way, where h11 checks it (and refuses what HTTP cannot carry).
+_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_VALUE = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
+_TARGET = re.compile(r"/[\x21-\x7e]*")
 
 Deliver = Callable[[wire.Message], None]
 # POST one request, its messages to the Deliver (http_back's exchange).
@@ -60,6 +69,7 @@ class HttpSession:
         self.tools_generation = 0  # refreshes so far; a call remembers the one it was sent under
         self._tools_lock = anyio.Lock()
         self._own_ids = itertools.count(1)
+        self._post_line: tuple[str, str] | None = None  # (post_url, its request line and Host)
 
     @property
     def post_url(self) -> str:
@@ -82,6 +92,27 @@ class HttpSession:
         elif self.session_id is None and era.is_modern(msg):
             headers.update(http_binding.modern_headers(msg, self.tools.by_name))
         return headers
+
+    def post_bytes(self, msg: wire.Message, body: bytes) -> bytes | None:
+        """The whole HTTP/1.1 POST of `msg` (`body` its JSON) as written on
+        the wire, or None if a header cannot go as is."""
+        head = self._post_line
+        if head is None or head[0] != self.post_url:
+            parts = urlsplit(self.post_url)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            if not (_TARGET.fullmatch(target) and _VALUE.fullmatch(parts.netloc)):
+                return None
+            head = self._post_line = (
+                self.post_url,
+                f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n",
+            )
+        lines = [head[1]]
+        for name, value in self.headers(msg).items():
+            if not (value.isascii() and _TOKEN.fullmatch(name) and _VALUE.fullmatch(value)):
+                return None
+            lines.append(f"{name}: {value}\r\n")
+        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
+        return "".join(lines).encode("ascii") + body
 
     def stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
         """A GET for an event stream: the session's headers, no body type."""
