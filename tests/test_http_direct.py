@@ -19,7 +19,9 @@ import pytest
 
 from gateway import wire
 from gateway.backs.http_back import HttpServerConnection
+from gateway.backs.http_client import Response
 from gateway.backs.http_connector import HttpConnector
+from gateway.backs.http_direct import DirectConnection, DirectPool
 from tests.test_http_back import exchange, modern
 
 pytestmark = pytest.mark.anyio
@@ -230,3 +232,104 @@ async def test_a_header_http_cannot_carry_is_never_written_by_hand() -> None:
             seen = await exchange(c, modern(2, "tools/call", name="echo"))
             assert reply_to(seen, 2)["result"] == {"echo": 2}
         assert len(server.peers) == 1
+
+
+async def test_bytes_after_a_whole_answer_spare_it_but_not_the_connection() -> None:
+    """RFC 9112 §9.3: a server sends one answer per request. Bytes after a
+    whole answer are not the next request's answer: the answer stands, the
+    connection is not reused, and the next call goes through."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 1:
+            return [json_answer(msg) + b"junk that is no answer\r\n\r\n"], False
+        return [json_answer(msg)], False
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        for n in (1, 2):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    assert server.connections == 2
+
+
+async def test_a_big_event_stream_written_at_once_leaves_the_connection_usable() -> None:
+    """2025-11-25 "Sending Messages to the Server": the answer to a POST may
+    be an SSE stream, here with a notification over a megabyte before the
+    reply, all in one write: the stream is read to its end (reading pauses
+    while the reader catches up), and the connection serves the next call."""
+    big = "x" * (3 << 19)
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 2:
+            return [json_answer(msg)], False
+        note = orjson.dumps(wire.notification("notifications/message", {"data": big}))
+        reply = orjson.dumps(wire.result_response(msg["id"], {"echo": msg["id"]}))
+        body = b"event: message\ndata: %s\n\nevent: message\ndata: %s\n\n" % (note, reply)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        return [head + b"Content-Length: %d\r\n\r\n" % len(body) + body], False
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        seen = await exchange(c, modern(1, "tools/call", name="echo"))
+        assert reply_to(seen, 1)["result"] == {"echo": 1}
+        assert any(m.get("params", {}).get("data") == big for m in seen)
+        seen = await exchange(c, modern(2, "tools/call", name="echo"))
+        assert reply_to(seen, 2)["result"] == {"echo": 2}
+    assert server.connections == 1
+
+
+class _Transport(asyncio.Transport):
+    """Just what a DirectConnection asks of its transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        return None
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class _Call:
+    streamed: list[Response] = field(default_factory=list)
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        raise AssertionError("an event stream is not answered whole")
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        self.streamed.append(response)
+
+    def failed(self, why: str) -> None:
+        raise AssertionError(why)
+
+    def retry(self) -> None:
+        raise AssertionError("no retry")
+
+
+async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_reading() -> None:
+    """A defect found writing the direct path: a stream whose unread body
+    passes the feed's mark pauses the socket, and one that also ended in
+    that same read went back to the pool paused, where the next call's
+    answer would never have been read."""
+    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=8 << 20)
+    connection = DirectConnection(pool)
+    transport = _Transport()
+    connection.connection_made(transport)
+    call = _Call()
+    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+    body = b"data: " + b"x" * (3 << 19) + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    connection.data_received(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert len(call.streamed) == 1
+    assert pool.take() is connection and not transport.paused and not transport.closed

@@ -131,6 +131,7 @@ class DirectConnection(asyncio.Protocol):
         self._answered = False  # a byte of the answer has arrived
         self._complete = False
         self._keep_alive = False
+        self._trailing = False  # bytes came after the answer: not ours to read
         self._feed: _Feed | None = None
 
     # -- what the pool and the caller do ------------------------------------------------
@@ -218,6 +219,9 @@ class DirectConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            if self._complete:  # junk after a whole answer: it stands, the connection goes
+                self._trailing = True
+                return True
             self._broken(describe(exc))
             return False
         return True
@@ -261,18 +265,27 @@ class DirectConnection(asyncio.Protocol):
         """The answer is read: the connection serves the next request."""
         self._call = None
         self._feed = None
-        if self._keep_alive and not self.closed:
+        self.resume()  # a feed that filled up paused it, and is now done with it
+        if self._keep_alive and not self.closed and not self._trailing:
             self._pool.release(self)
         else:
             self.close()
 
     # -- httptools callbacks (nothing here may raise, nor call out) -----------------------
+    def on_message_begin(self) -> None:
+        if self._complete:
+            self._trailing = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._trailing:
+            return
         key, text = name.decode("latin-1").lower(), value.decode("latin-1")
         headers = self._headers
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
+        if self._trailing:
+            return
         status = self._parser.get_status_code()
         self._status = status
         if status < 200:
@@ -286,6 +299,8 @@ class DirectConnection(asyncio.Protocol):
             self._mode = _BUFFER
 
     def on_body(self, body: bytes) -> None:
+        if self._trailing:
+            return
         if self._mode == _STREAM:
             assert self._feed is not None
             self._feed.put(body)
@@ -297,6 +312,8 @@ class DirectConnection(asyncio.Protocol):
                 self._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        if self._trailing:
+            return
         if self._mode == _INFO:
             self._headers = {}
             self._mode = _HEAD
