@@ -30,6 +30,9 @@ import httptools
 
 from gateway.backs.http_client import HttpClientError, Response, describe
 
+# An answer's head, as on the general path (h11's bound there): a server that
+# sends more without ending it fails the call.
+_MAX_HEAD_BYTES = 64 * 1024
 # Body bytes an event stream may hold unread before the socket stops being
 # read (the general path reads only as its consumer asks).
 _FEED_HIGH = 1 << 20
@@ -129,6 +132,7 @@ class DirectConnection(asyncio.Protocol):
         self._chunks: list[bytes] = []
         self._size = 0
         self._answered = False  # a byte of the answer has arrived
+        self._head_bytes = 0  # read while the head was not yet whole
         self._complete = False
         self._keep_alive = False
         self._trailing = False  # bytes came after the answer: not ours to read
@@ -199,6 +203,11 @@ class DirectConnection(asyncio.Protocol):
                 self._write_timer = None
         if not self._parse(data):
             return  # the answer broke: whoever reads it was told
+        if self._mode == _HEAD:
+            self._head_bytes += len(data)
+            if self._head_bytes > _MAX_HEAD_BYTES:
+                self._broken(f"the answer's head is over {_MAX_HEAD_BYTES} bytes")
+                return
         if self._mode == _STREAM:
             if call is not None and self._feed is not None:
                 self._call = None  # a task reads on through the feed
@@ -317,6 +326,7 @@ class DirectConnection(asyncio.Protocol):
         if self._mode == _INFO:
             self._headers = {}
             self._mode = _HEAD
+            self._head_bytes = 0
             return
         self._complete = True
         # Asked now: once the parser has moved past the message it forgets.
