@@ -36,6 +36,7 @@ class RawServer:
     url: str = ""
     connections: int = 0
     peers: list[int] = field(default_factory=list)  # the client port of each request
+    heads: list[bytes] = field(default_factory=list)  # each request's head
 
 
 def json_answer(msg: wire.Message, extra: bytes = b"") -> bytes:
@@ -64,6 +65,7 @@ async def raw_server(script: Script) -> AsyncIterator[RawServer]:
                 msg = orjson.loads(await reader.readexactly(length))
                 count += 1
                 state.peers.append(port)
+                state.heads.append(head)
                 pieces, close = script(count, msg)
                 for piece in pieces:
                     writer.write(piece)
@@ -293,6 +295,22 @@ async def test_an_answer_head_that_never_ends_fails_its_call() -> None:
         assert "head is over" in error["message"], error
         seen = await exchange(c, modern(2, "tools/call", name="echo"))
         assert reply_to(seen, 2)["result"] == {"echo": 2}
+
+
+async def test_a_configured_header_a_modern_request_sets_itself_is_sent_once() -> None:
+    """2026-07-28 "Standard Headers": Mcp-Method is the request's own. A
+    configured header of that name is replaced by it, as on the general
+    path, never sent next to it (the direct path writes headers by hand)."""
+    async with (
+        raw_server(lambda n, msg: ([json_answer(msg)], False)) as server,
+        direct_connection(server.url, **{"Mcp-Method": "configured"}) as c,
+    ):
+        for n in (1, 2):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    for head in server.heads:
+        methods = [h for h in head.split(b"\r\n") if h.lower().startswith(b"mcp-method:")]
+        assert methods == [b"Mcp-Method: tools/call"], head
 
 
 class _Transport(asyncio.Transport):
