@@ -6,17 +6,18 @@ and for a 2024-11-05 server the deprecated HTTP+SSE stream.
 It offers the same face as the stdio back (`send`, `send_nowait`,
 `receive_batch`, `run_background`, `aclose`, `terminate`), so the pool, the era
 probe, sessions and the MRTR bridge run over it unchanged: each request is a
-POST in a background task, and what comes back — the reply, plus any
-notifications or server requests on its SSE stream, or on the legacy GET
-stream — lands in the queue `receive_batch` drains. HTTP failures become
+POST, written at once with its answer read in callbacks (http_direct) or,
+where that cannot serve, in a background task; what comes back — the reply,
+plus any notifications or server requests on its SSE stream, or on the
+legacy GET stream — lands in the queue `receive_batch` drains. HTTP failures become
 JSON-RPC error replies under the request's id, so callers (and
 `era_probe.judge`) always see a normal answer. Transport only: it makes no
 protocol decisions beyond what the transport specs require of a client.
 
 Its parts: `http_session` (where messages go, their headers, what answers set
-up), `http_stream` (reading answers and event streams, resumption, the GET
-stream), `http_sse_transport` (the 2024-11-05 transport), `http_wire` (what
-each answer means, no I/O).
+up), `http_direct` (the calls' fast path), `http_stream` (reading answers and
+event streams, resumption, the GET stream), `http_sse_transport` (the
+2024-11-05 transport), `http_wire` (what each answer means, no I/O).
 """
 
 from __future__ import annotations
