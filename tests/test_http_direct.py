@@ -9,6 +9,7 @@ connection per in-flight request", with no change of behaviour."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 import anyio
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import wire
 from gateway.backs.http_back import HttpServerConnection
@@ -370,3 +373,56 @@ async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_readi
     connection.data_received(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
     assert len(call.streamed) == 1
     assert pool.take() is connection and not transport.paused and not transport.closed
+
+
+@dataclass
+class _Whole:
+    answers: list[tuple[int, bytes | None]] = field(default_factory=list)
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        self.answers.append((status, body))
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        raise AssertionError("a JSON answer is not streamed")
+
+    def failed(self, why: str) -> None:
+        raise AssertionError(why)
+
+    def retry(self) -> None:
+        raise AssertionError("no retry")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.binary(min_size=1, max_size=300),
+    chunked=st.booleans(),
+    status=st.sampled_from([200, 202, 400, 404, 500]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_any_split_of_any_framed_answer_is_read_once_and_whole(
+    body: bytes, chunked: bool, status: int, cuts: list[int]
+) -> None:
+    """RFC 9112 §6.3: the framing (Content-Length, or chunks) says where an
+    answer ends, however its bytes arrive; each answer is reported once,
+    whole, and the connection goes back to the pool for the next."""
+    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
+    connection = DirectConnection(pool)
+    connection.connection_made(_Transport())
+    head = b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n" % status
+    if chunked:
+        raw = head + b"Transfer-Encoding: chunked\r\n\r\n"
+        for i in range(0, len(body), 7):
+            piece = body[i : i + 7]
+            raw += b"%x\r\n%s\r\n" % (len(piece), piece)
+        raw += b"0\r\n\r\n"
+    else:
+        raw = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    for _ in range(2):  # the second answer on the connection the first left idle
+        call = _Whole()
+        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+        points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
+        for start, end in itertools.pairwise(points):
+            if end > start:
+                connection.data_received(raw[start:end])
+        assert call.answers == [(status, body)]
+        assert pool.take() is connection
