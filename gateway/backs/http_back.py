@@ -581,6 +581,7 @@ class _DirectCall:
         try:
             refused = HttpRefusal(http_wire.failure_reply(self.msg["id"], why), None)
             self._owner._direct_settled(self, refused)
+        # As in answered: a callback must not raise into the event loop.
         except Exception as exc:
             self._owner._direct_failed(self, exc)
 
