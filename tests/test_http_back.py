@@ -85,13 +85,22 @@ async def connection(url: str, **headers: str) -> AsyncIterator[HttpServerConnec
     connector = HttpConnector(url, headers=headers, connect_timeout=2, read_timeout=2)
     conn = await connector.connect()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(conn.run_background)
+        # Running before the first request, as in the gateway: requests take
+        # the direct path (http_direct), the one the gateway's calls take.
+        await tg.start(_run_background, conn)
         try:
             yield conn
         finally:
             await conn.aclose(1)
             tg.cancel_scope.cancel()
     await connector.aclose()
+
+
+async def _run_background(
+    conn: HttpServerConnection, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    task_status.started()
+    await conn.run_background()
 
 
 async def exchange(conn: HttpServerConnection, msg: wire.Message) -> list[wire.Message]:

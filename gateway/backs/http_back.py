@@ -6,21 +6,23 @@ and for a 2024-11-05 server the deprecated HTTP+SSE stream.
 It offers the same face as the stdio back (`send`, `send_nowait`,
 `receive_batch`, `run_background`, `aclose`, `terminate`), so the pool, the era
 probe, sessions and the MRTR bridge run over it unchanged: each request is a
-POST in a background task, and what comes back — the reply, plus any
-notifications or server requests on its SSE stream, or on the legacy GET
-stream — lands in the queue `receive_batch` drains. HTTP failures become
+POST, written at once with its answer read in callbacks (http_direct) or,
+where that cannot serve, in a background task; what comes back — the reply,
+plus any notifications or server requests on its SSE stream, or on the
+legacy GET stream — lands in the queue `receive_batch` drains. HTTP failures become
 JSON-RPC error replies under the request's id, so callers (and
 `era_probe.judge`) always see a normal answer. Transport only: it makes no
 protocol decisions beyond what the transport specs require of a client.
 
 Its parts: `http_session` (where messages go, their headers, what answers set
-up), `http_stream` (reading answers and event streams, resumption, the GET
-stream), `http_sse_transport` (the 2024-11-05 transport), `http_wire` (what
-each answer means, no I/O).
+up), `http_direct` (the calls' fast path), `http_stream` (reading answers and
+event streams, resumption, the GET stream), `http_sse_transport` (the
+2024-11-05 transport), `http_wire` (what each answer means, no I/O).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -28,16 +30,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import orjson
 import structlog
 from anyio.abc import TaskGroup
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClient, describe
+from gateway.backs.http_client import HttpClient, HttpClientError, Response, describe
+from gateway.backs.http_direct import DirectConnection, DirectPool
 from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
-from gateway.backs.http_stream import StreamReader
+from gateway.backs.http_stream import HttpRefusal, StreamReader
 from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
@@ -52,8 +56,9 @@ class HttpConnectionEnded(ConnectionLost):
 @dataclass(slots=True)
 class _Inflight:
     method: str
-    scope: anyio.CancelScope
     modern: bool
+    # Ends the exchange (a task's scope, or the direct call's connection).
+    cancel: Callable[[], None] = lambda: None
 
 
 class HttpServerConnection:
@@ -94,6 +99,10 @@ class HttpServerConnection:
         self._tg: TaskGroup | None = None
         self._backlog: list[tuple[Callable[..., Coroutine[Any, Any, None]], tuple[Any, ...]]] = []
         self._stop = anyio.Event()
+        # Set when the backlog holds tasks to start: what the direct path's
+        # callbacks, which run outside any task, ask for (anyio starts tasks
+        # only from one).
+        self._kick = anyio.Event()
         self._stopped = anyio.Event()
         self._inflight: dict[wire.RequestId, _Inflight] = {}
         self._delete_scope: anyio.CancelScope | None = None
@@ -104,6 +113,9 @@ class HttpServerConnection:
         # by message identity; handed over per batch (`stream_of`).
         self._origins: dict[int, wire.RequestId] = {}
         self._batch_origins: dict[int, wire.RequestId] = {}
+        # The direct path's connections (looked up at the first request, in
+        # the loop); False where it cannot serve.
+        self._direct: DirectPool | bool | None = None
 
     # What the session has set up, for the pool and tests to read.
     @property
@@ -129,10 +141,12 @@ class HttpServerConnection:
         if self.tap is not None:
             self.tap("to-server", msg)
         if "method" in msg and "id" in msg:
-            scope = anyio.CancelScope()
-            modern = self._session.is_stateless(msg)
-            self._inflight[msg["id"]] = _Inflight(msg["method"], scope, modern)
-            self._spawn(self._run_request, msg, scope)
+            inflight = _Inflight(msg["method"], self._session.is_stateless(msg))
+            self._inflight[msg["id"]] = inflight
+            if not self._post_direct(msg, inflight):
+                scope = anyio.CancelScope()
+                inflight.cancel = scope.cancel
+                self._spawn(self._run_request, msg, scope)
         elif msg.get("method") == "notifications/cancelled":
             self._cancel(msg)
         else:
@@ -175,10 +189,12 @@ class HttpServerConnection:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                for fn, args in self._backlog:
-                    tg.start_soon(self._guarded, fn, *args)
-                self._backlog.clear()
-                await self._stop.wait()
+                while not self._stop.is_set():  # ends with the session (_end wakes it)
+                    backlog, self._backlog = self._backlog, []
+                    for fn, args in backlog:
+                        tg.start_soon(self._guarded, fn, *args)
+                    await self._kick.wait()
+                    self._kick = anyio.Event()
                 tg.cancel_scope.cancel()
         finally:
             self._tg = None
@@ -231,10 +247,15 @@ class HttpServerConnection:
         return self._tg is not None or self._stopped.is_set()
 
     def _spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-        if self._tg is not None:
+        if self._tg is not None and not self._in_callback():
             self._tg.start_soon(self._guarded, fn, *args)
-        else:  # run_background has not started yet: it takes these first
+        else:  # run_background starts these (when it starts, or when kicked)
             self._backlog.append((fn, args))
+            self._kick.set()
+
+    def _in_callback(self) -> bool:
+        """Whether this runs in one of the direct path's callbacks, outside any task."""
+        return isinstance(self._direct, DirectPool) and asyncio.current_task() is None
 
     async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """A bug or an odd input (say, a header value HTTP cannot carry) in
@@ -261,15 +282,19 @@ class HttpServerConnection:
         if self._ended is None:
             self._ended = reason
             log.info("upstream http session over", url=self.url, reason=reason)
+            for inflight in list(self._inflight.values()):
+                inflight.cancel()  # the tasks' scopes go with the task group anyway
         self._backlog.clear()
         self._stop.set()
+        self._kick.set()
         self._wake.set()
 
     def _session_gone(self, reason: str) -> None:
         """The server ended the legacy session (404 on our session id): every
         pending request fails, then the connection ends as a crashed stdio
         server would, and the pool opens a new session on demand."""
-        for msg_id in list(self._inflight):
+        for msg_id, inflight in list(self._inflight.items()):
+            inflight.cancel()
             self._push(
                 wire.gateway_error(
                     msg_id, wire.INTERNAL_ERROR, f"Upstream {reason}", reason="upstream-failed"
@@ -286,17 +311,30 @@ class HttpServerConnection:
         target = params.get("requestId")
         inflight = self._inflight.pop(target, None) if isinstance(target, str | int) else None
         if inflight is not None:
-            inflight.scope.cancel()
+            inflight.cancel()
         if inflight is None or not inflight.modern:
             self._spawn(self._post_message, msg)
 
     # -- requests --------------------------------------------------------------------
-    async def _run_request(self, msg: wire.Message, scope: anyio.CancelScope) -> None:
+    async def _run_request(
+        self,
+        msg: wire.Message,
+        scope: anyio.CancelScope,
+        first: Callable[[], Awaitable[HttpRefusal | None]] | None = None,
+        generation: int | None = None,
+    ) -> None:
+        """The whole exchange of a request; from `first` on (what its first
+        POST, sent under tools `generation`, came to) when the direct path
+        began it."""
         msg_id = msg["id"]
         try:
             with scope:
-                generation = self._session.tools_generation
-                refused = await self._exchange.request(msg, self._deliver_for(msg))
+                if generation is None:
+                    generation = self._session.tools_generation
+                if first is None:
+                    refused = await self._exchange.request(msg, self._deliver_for(msg))
+                else:
+                    refused = await first()
                 if refused is not None and http_wire.asks_header_refresh(msg, refused.reply):
                     # "Client Behavior": on HeaderMismatch, re-read the tools'
                     # schemas and retry once with the headers they now call for.
@@ -318,6 +356,93 @@ class HttpServerConnection:
         finally:
             if self._session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
                 self._inflight.pop(msg_id, None)
+
+    # -- requests on the direct path (http_direct) -------------------------------------
+    def _post_direct(self, msg: wire.Message, inflight: _Inflight) -> bool:
+        """POST a request now, its answer read in callbacks; False leaves it
+        to a task (no task group yet, the old HTTP+SSE transport, https, a
+        header only h11 may judge)."""
+        session = self._session
+        if self._tg is None or session.sse_endpoint is not None:
+            return False
+        if self._direct is None:
+            self._direct = session.client.direct_pool(session.url, self._max_bytes) or False
+        if self._direct is False:
+            return False
+        data = session.post_bytes(msg, orjson.dumps(msg))
+        if data is None:
+            return False
+        call = _DirectCall(
+            self, msg, data, session.tools_generation, session.session_id is not None
+        )
+        inflight.cancel = call.abort
+        self._dispatch(call)
+        return True
+
+    def _dispatch(self, call: _DirectCall) -> None:
+        assert isinstance(self._direct, DirectPool)
+        connection = self._direct.take()
+        if connection is None:
+            self._spawn(self._connect_direct, call)
+        else:
+            call.connection = connection
+            connection.send(call.data, call, self._session.stream_timeout.write)
+
+    async def _connect_direct(self, call: _DirectCall) -> None:
+        assert isinstance(self._direct, DirectPool)
+        try:
+            connection = await self._direct.connect(self._session.stream_timeout.connect)
+        except HttpClientError as exc:
+            call.failed(describe(exc))
+            return
+        if call.aborted:
+            self._direct.release(connection)
+            return
+        call.connection = connection
+        connection.send(call.data, call, self._session.stream_timeout.write)
+
+    def _direct_settled(self, call: _DirectCall, refused: HttpRefusal | None) -> None:
+        """What the first POST of a direct call came to, as _run_request
+        goes on from it: at once when nothing more waits, else in a task."""
+        msg = call.msg
+        msg_id = msg["id"]
+        if refused is not None and (
+            http_wire.asks_header_refresh(msg, refused.reply)
+            or (
+                self._session.sse_endpoint is None
+                and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
+            )
+        ):
+            self._continue(call, lambda: _known(refused))
+            return
+        if refused is not None:
+            self._deliver_for(msg)(refused.reply)
+        if self._session.sse_endpoint is None:
+            self._inflight.pop(msg_id, None)
+
+    def _continue(
+        self, call: _DirectCall, first: Callable[[], Awaitable[HttpRefusal | None]]
+    ) -> None:
+        """A task takes a direct call on from `first`."""
+        self._spawn(self._continued, call, first)
+
+    async def _continued(
+        self, call: _DirectCall, first: Callable[[], Awaitable[HttpRefusal | None]]
+    ) -> None:
+        # The scope is made here, in the task: the callbacks run outside any.
+        call.scope = scope = anyio.CancelScope()
+        if call.aborted:
+            scope.cancel()
+        await self._run_request(call.msg, scope, first, call.generation)
+
+    def _direct_failed(self, call: _DirectCall, exc: Exception) -> None:
+        """A bug or an odd input met on the direct path: as _guarded says."""
+        log.error(
+            "upstream http task failed", task="_direct_call", url=self.url, error=describe(exc)
+        )
+        if call.msg["id"] in self._inflight:  # the caller still waits: answer it
+            self._inflight.pop(call.msg["id"], None)
+            self._deliver_for(call.msg)(http_wire.failure_reply(call.msg["id"], describe(exc)))
 
     def _deliver_for(self, request: wire.Message) -> Deliver:
         """How messages on a request's response reach the queue: the reply to
@@ -367,3 +492,100 @@ class HttpServerConnection:
                 if version is not None:
                     self._session.legacy_version = version
         self._push(msg)
+
+
+async def _known(refused: HttpRefusal | None) -> HttpRefusal | None:
+    return refused
+
+
+class _DirectCall:
+    """A request on the direct path: what its connection reports
+    (http_direct.DirectCall) goes to the connection that sent it."""
+
+    __slots__ = (
+        "_owner",
+        "aborted",
+        "connection",
+        "data",
+        "generation",
+        "msg",
+        "scope",
+        "sent_session",
+        "streamed",
+    )
+
+    def __init__(
+        self,
+        owner: HttpServerConnection,
+        msg: wire.Message,
+        data: bytes,
+        generation: int,
+        sent_session: bool,
+    ) -> None:
+        self._owner = owner
+        self.msg = msg
+        self.data = data
+        self.generation = generation
+        self.sent_session = sent_session
+        self.connection: DirectConnection | None = None
+        self.aborted = False
+        self.scope: anyio.CancelScope | None = None  # once a task has taken it on
+        self.streamed: Callable[[], None] | None = None  # ends its event stream's reading
+
+    def abort(self) -> None:
+        """Cancelled (or the session is over): the exchange ends here."""
+        self.aborted = True
+        if self.connection is not None:
+            self.connection.drop(self)
+        if self.scope is not None:
+            self.scope.cancel()
+        if self.streamed is not None:
+            self.streamed()
+
+    def _live(self) -> bool:
+        return not self.aborted and self._owner._ended is None
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        if not self._live():
+            return
+        owner = self._owner
+        try:
+            deliver = owner._deliver_for(self.msg)
+            refused = owner._exchange.settle(
+                self.msg, status, headers, body, size, self.sent_session, deliver
+            )
+            owner._direct_settled(self, refused)
+        # Any failure: as a task's in _guarded (the caller gets a gateway error).
+        except Exception as exc:
+            owner._direct_failed(self, exc)
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        if not self._live():
+            done()
+            return
+        owner = self._owner
+        deliver = owner._deliver_for(self.msg)
+        self.streamed = done  # an abort before the task starts closes it too
+
+        async def first() -> HttpRefusal | None:
+            try:
+                return await owner._exchange.answer(self.msg, response, self.sent_session, deliver)
+            finally:
+                done()
+
+        owner._continue(self, first)
+
+    def failed(self, why: str) -> None:
+        if not self._live():
+            return
+        try:
+            refused = HttpRefusal(http_wire.failure_reply(self.msg["id"], why), None)
+            self._owner._direct_settled(self, refused)
+        # As in answered: a callback must not raise into the event loop.
+        except Exception as exc:
+            self._owner._direct_failed(self, exc)
+
+    def retry(self) -> None:
+        if self._live():
+            self.connection = None
+            self._owner._dispatch(self)

@@ -12,7 +12,7 @@ import structlog
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClientError, describe
+from gateway.backs.http_client import HttpClientError, Response, describe
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_stream import HttpRefusal, StreamReader
 
@@ -42,23 +42,65 @@ class HttpExchange:
                 headers=headers,
                 timeout=session.stream_timeout,
             ) as resp:
-                if resp.is_success:
-                    if session.sse_endpoint is not None:
-                        await self._reader.read_body(resp)  # read, so the connection is reused
-                        return None  # 2024-11-05: the answer comes on the SSE stream
-                    session.take_session(msg, resp.headers.get("mcp-session-id"))
-                    return await self._reader.read_answer(msg_id, resp, deliver)
-                body = await self._reader.read_body(resp)
-                if resp.status_code == 404 and sent_session:
-                    self._session_gone("session ended by the server (HTTP 404)")
-                    return None
-                challenge = resp.headers.get("www-authenticate")
-                return HttpRefusal(
-                    http_wire.refusal_reply(msg_id, resp.status_code, body, challenge),
-                    resp.status_code,
-                )
+                return await self.answer(msg, resp, sent_session, deliver)
         except HttpClientError as exc:
             return HttpRefusal(http_wire.failure_reply(msg_id, describe(exc)), None)
+
+    async def answer(
+        self, msg: wire.Message, resp: Response, sent_session: bool, deliver: Deliver
+    ) -> HttpRefusal | None:
+        """What the server answered to request `msg`, read as it comes."""
+        session = self._session
+        if resp.is_success:
+            if session.sse_endpoint is not None:
+                await self._reader.read_body(resp)  # read, so the connection is reused
+                return None  # 2024-11-05: the answer comes on the SSE stream
+            session.take_session(msg, resp.headers.get("mcp-session-id"))
+            return await self._reader.read_answer(msg["id"], resp, deliver)
+        body = await self._reader.read_body(resp)
+        return self._refused(msg, resp.status_code, resp.headers, body, sent_session)
+
+    def settle(
+        self,
+        msg: wire.Message,
+        status: int,
+        headers: dict[str, str],
+        body: bytes | None,
+        size: int,
+        sent_session: bool,
+        deliver: Deliver,
+    ) -> HttpRefusal | None:
+        """`answer` for an answer read whole (http_direct): `body` None when
+        its `size` is over the message size limit. Never an event stream."""
+        session = self._session
+        if 200 <= status < 300:
+            if session.sse_endpoint is not None:
+                return None  # 2024-11-05: the answer comes on the SSE stream
+            session.take_session(msg, headers.get("mcp-session-id"))
+            if body is None:
+                return self._reader.reply_over_limit(msg["id"], size)
+            ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+            return self._reader.json_reply(msg["id"], status, ctype, body, deliver)
+        if body is None:
+            self._reader.body_over_limit(size)
+        return self._refused(msg, status, headers, body, sent_session)
+
+    def _refused(
+        self,
+        msg: wire.Message,
+        status: int,
+        headers: dict[str, str],
+        body: bytes | None,
+        sent_session: bool,
+    ) -> HttpRefusal | None:
+        if status == 404 and sent_session:
+            self._session_gone("session ended by the server (HTTP 404)")
+            return None
+        challenge = headers.get("www-authenticate")
+        return HttpRefusal(
+            http_wire.refusal_reply(msg["id"], status, body, challenge),
+            status,
+        )
 
     async def message(self, msg: wire.Message) -> bool:
         """POST a notification or a response (the server answers 202 and

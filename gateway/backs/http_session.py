@@ -9,8 +9,10 @@ connection (http_back) runs the exchanges, and asks this what to send."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -25,6 +27,18 @@ log = structlog.get_logger("gateway.backs.http")
 # Pages of our own tools/list refresh after a -32020 (a bound, not a limit
 # any real server reaches).
 _MAX_TOOL_PAGES = 50
+
+# What a header may carry to go out as it is, written by hand (http_direct):
+# a token name, a value of visible ASCII with inner blanks. Anything else goes
+# the general way, where h11 checks it (and refuses what HTTP cannot carry).
+_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_VALUE = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
+_TARGET = re.compile(r"/[\x21-\x7e]*")
+
+
+def _fits(name: str, value: str) -> bool:
+    return value.isascii() and bool(_TOKEN.fullmatch(name)) and bool(_VALUE.fullmatch(value))
+
 
 Deliver = Callable[[wire.Message], None]
 # POST one request, its messages to the Deliver (http_back's exchange).
@@ -60,6 +74,8 @@ class HttpSession:
         self.tools_generation = 0  # refreshes so far; a call remembers the one it was sent under
         self._tools_lock = anyio.Lock()
         self._own_ids = itertools.count(1)
+        # _post_head_for, and the (url, session id, version) it was made for.
+        self._post_head: tuple[tuple[str, str | None, str | None], str | None] | None = None
 
     @property
     def post_url(self) -> str:
@@ -82,6 +98,43 @@ class HttpSession:
         elif self.session_id is None and era.is_modern(msg):
             headers.update(http_binding.modern_headers(msg, self.tools.by_name))
         return headers
+
+    def post_bytes(self, msg: wire.Message, body: bytes) -> bytes | None:
+        """The whole HTTP/1.1 POST of `msg` (`body` its JSON) as written on
+        the wire, with the headers `headers` gives it; None if one of them
+        cannot go as is."""
+        if self.sse_endpoint is not None:
+            return None
+        key = (self.url, self.session_id, self.legacy_version)
+        cached = self._post_head
+        if cached is None or cached[0] != key:
+            cached = self._post_head = (key, self._post_head_for())
+        head = cached[1]
+        if head is None:
+            return None
+        if self.session_id is None and self.legacy_version is None and era.is_modern(msg):
+            extra = http_binding.modern_headers(msg, self.tools.by_name)
+            lines = [head]
+            for name, value in extra.items():
+                if name in self._base or not _fits(name, value):
+                    return None  # overrides a configured header: the general way
+                lines.append(f"{name}: {value}\r\n")
+            head = "".join(lines)
+        return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
+
+    def _post_head_for(self) -> str | None:
+        """The request line and the headers every POST of the session's
+        current state carries (all but a modern request's own), checked once."""
+        parts = urlsplit(self.url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if not (_TARGET.fullmatch(target) and _VALUE.fullmatch(parts.netloc)):
+            return None
+        lines = [f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"]
+        for name, value in self.headers({}).items():
+            if not _fits(name, value):
+                return None
+            lines.append(f"{name}: {value}\r\n")
+        return "".join(lines)
 
     def stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
         """A GET for an event stream: the session's headers, no body type."""

@@ -105,7 +105,14 @@ class StreamReader:
         body = await self._read_reply_body(msg_id, resp)
         if isinstance(body, HttpRefusal):
             return body
-        answer = http_wire.json_answer(msg_id, resp.status_code, ctype, body)
+        return self.json_reply(msg_id, resp.status_code, ctype, body, deliver)
+
+    def json_reply(
+        self, msg_id: wire.RequestId, status: int, ctype: str, body: bytes, deliver: Deliver
+    ) -> HttpRefusal | None:
+        """Deliver the messages of a 2xx answer's whole body (not an event
+        stream); the refusal its caller gets if they hold no reply to it."""
+        answer = http_wire.json_answer(msg_id, status, ctype, body)
         if not isinstance(answer, list):
             return HttpRefusal(answer, None)
         got_reply = False
@@ -304,17 +311,22 @@ class StreamReader:
             async for chunk in resp.aiter_bytes():
                 size += len(chunk)
                 if size > self._max_bytes:
-                    self._junk_log.warning(
-                        "upstream HTTP body over the size limit dropped",
-                        size=size,
-                        url=self._session.url,
-                    )
-                    why = f"the reply is over the {self._max_bytes}-byte message limit"
-                    return HttpRefusal(upstream_checks.malformed_reply(msg_id, why), None)
+                    return self.reply_over_limit(msg_id, size)
                 chunks.append(chunk)
         except HttpClientError as exc:
             return HttpRefusal(http_wire.failure_reply(msg_id, describe(exc)), None)
         return b"".join(chunks)
+
+    def reply_over_limit(self, msg_id: wire.RequestId, size: int) -> HttpRefusal:
+        """The refusal a caller gets when the reply's body is over the size limit."""
+        self._junk_log.warning(
+            "upstream HTTP body over the size limit dropped", size=size, url=self._session.url
+        )
+        why = f"the reply is over the {self._max_bytes}-byte message limit"
+        return HttpRefusal(upstream_checks.malformed_reply(msg_id, why), None)
+
+    def body_over_limit(self, size: int) -> None:
+        log.warning("upstream HTTP body over the size limit dropped", size=size)
 
     async def read_body(self, resp: Response) -> bytes | None:
         """The body, or None if it is over the message size limit (or breaks)."""
@@ -324,7 +336,7 @@ class StreamReader:
             async for chunk in resp.aiter_bytes():
                 size += len(chunk)
                 if size > self._max_bytes:
-                    log.warning("upstream HTTP body over the size limit dropped", size=size)
+                    self.body_over_limit(size)
                     return None
                 chunks.append(chunk)
         except HttpClientError:

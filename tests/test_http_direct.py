@@ -1,0 +1,428 @@
+"""The HTTP back's direct path (gateway/backs/http_direct.py): requests
+written at once on keep-alive connections, answers parsed in the loop's
+callbacks. Against a raw socket server on 127.0.0.1 that writes the answers
+byte for byte as each test scripts them, so the framing cases (split
+writes, chunks, informational answers, closes) are the test's to choose.
+Issue #12: "the HTTP back at the speed of a bare relay ... keep-alive, one
+connection per in-flight request", with no change of behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import wire
+from gateway.backs.http_back import HttpServerConnection
+from gateway.backs.http_client import Response
+from gateway.backs.http_connector import HttpConnector
+from gateway.backs.http_direct import DirectConnection, DirectPool
+from tests.test_http_back import exchange, modern
+
+pytestmark = pytest.mark.anyio
+
+# (request number, its JSON-RPC message) → the bytes written back, in pieces,
+# and whether the server then closes the connection.
+Script = Callable[[int, wire.Message], tuple[list[bytes], bool]]
+
+
+@dataclass
+class RawServer:
+    url: str = ""
+    connections: int = 0
+    peers: list[int] = field(default_factory=list)  # the client port of each request
+    heads: list[bytes] = field(default_factory=list)  # each request's head
+
+
+def json_answer(msg: wire.Message, extra: bytes = b"") -> bytes:
+    body = orjson.dumps(wire.result_response(msg["id"], {"echo": msg["id"]}))
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+@asynccontextmanager
+async def raw_server(script: Script) -> AsyncIterator[RawServer]:
+    state = RawServer()
+    count = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal count
+        state.connections += 1
+        port = writer.get_extra_info("peername")[1]
+        try:
+            while True:  # one request per pass, until the client closes or the script does
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                msg = orjson.loads(await reader.readexactly(length))
+                count += 1
+                state.peers.append(port)
+                state.heads.append(head)
+                pieces, close = script(count, msg)
+                for piece in pieces:
+                    writer.write(piece)
+                    await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
+    try:
+        yield state
+    finally:
+        server.close()
+
+
+@asynccontextmanager
+async def direct_connection(url: str, **headers: str) -> AsyncIterator[HttpServerConnection]:
+    """A connection whose task group runs before the first request, so every
+    request takes the direct path (where it can)."""
+    connector = HttpConnector(url, headers=headers, connect_timeout=2, read_timeout=2)
+    conn = await connector.connect()
+    async with anyio.create_task_group() as tg:
+        await tg.start(_run, conn)
+        try:
+            yield conn
+        finally:
+            await conn.aclose(1)
+            tg.cancel_scope.cancel()
+    await connector.aclose()
+
+
+async def _run(conn: HttpServerConnection, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+    task_status.started()
+    await conn.run_background()
+
+
+def reply_to(seen: list[wire.Message], msg_id: int) -> wire.Message:
+    return next(m for m in seen if m.get("id") == msg_id and "method" not in m)
+
+
+async def test_calls_one_after_another_share_one_keep_alive_connection() -> None:
+    """Issue #12: keep-alive. A defect found writing the direct path: the
+    parser forgets whether a message keeps the connection alive once it has
+    moved past it, so every call opened a new connection (5,102 connections
+    for 5,102 calls in the bench; the server's CPU per call doubled)."""
+    async with (
+        raw_server(lambda n, msg: ([json_answer(msg)], False)) as server,
+        direct_connection(server.url) as c,
+    ):
+        for n in range(1, 6):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    assert server.connections == 1 and len(set(server.peers)) == 1
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        pytest.param(lambda raw: [raw], id="whole"),
+        pytest.param(lambda raw: [raw[:1], raw[1:30], raw[30:-3], raw[-3:]], id="split-head"),
+        pytest.param(lambda raw: [bytes([b]) for b in raw], id="byte-by-byte"),
+    ],
+)
+async def test_an_answer_written_in_pieces_is_read_whole(
+    split: Callable[[bytes], list[bytes]],
+) -> None:
+    """RFC 9112 §6: the message's framing, not how its bytes arrive, ends it;
+    the connection then serves the next call."""
+    async with (
+        raw_server(lambda n, msg: (split(json_answer(msg)), False)) as server,
+        direct_connection(server.url) as c,
+    ):
+        for n in (1, 2):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    assert server.connections == 1
+
+
+async def test_chunked_informational_and_unframed_answers() -> None:
+    """RFC 9112 §7.1 (chunked), RFC 9110 §15.2 (a 1xx precedes the final
+    answer), RFC 9112 §6.3 item 8 (no length: the body ends with the
+    connection, which is then not reused)."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        body = orjson.dumps(wire.result_response(msg["id"], {"echo": msg["id"]}))
+        if n == 1:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            chunked = head + b"Transfer-Encoding: chunked\r\n\r\n"
+            half = len(body) // 2
+            chunks = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+                half,
+                body[:half],
+                len(body) - half,
+                body[half:],
+            )
+            return [chunked, chunks], False
+        if n == 2:
+            return [b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n", json_answer(msg)], False
+        unframed = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
+        return [unframed], True
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        for n in (1, 2, 3):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+        seen = await exchange(c, modern(4, "tools/call", name="echo"))
+        assert reply_to(seen, 4)["result"] == {"echo": 4}
+    assert server.connections == 2
+
+
+async def test_a_connection_the_server_closes_after_each_answer_still_serves_every_call() -> None:
+    """RFC 9112 §9.3.1 ("a client ... MUST NOT automatically retry a request
+    with a non-idempotent method unless it knows the request semantics are
+    idempotent ... or the request was never received"): a pooled connection
+    the server closed while idle is replaced, and nothing is lost."""
+    async with (
+        raw_server(lambda n, msg: ([json_answer(msg)], True)) as server,
+        direct_connection(server.url) as c,
+    ):
+        for n in range(1, 5):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    assert server.connections == 4
+
+
+async def test_a_broken_answer_fails_only_its_call() -> None:
+    """Issue #12, "no change to behaviour": an answer that is not HTTP, or
+    that stops mid-body, is the failed call's error reply under its id
+    (reason upstream-unreachable, as on the general path); the next call
+    goes through."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 1:
+            return [b"SPDY/9 what\r\n\r\n"], True
+        if n == 2:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            return [head + b'Content-Length: 500\r\n\r\n{"jsonrpc"'], True
+        return [json_answer(msg)], False
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        for n in (1, 2):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            error = reply_to(seen, n)["error"]
+            assert error["data"]["reason"] == "upstream-unreachable", error
+        seen = await exchange(c, modern(3, "tools/call", name="echo"))
+        assert reply_to(seen, 3)["result"] == {"echo": 3}
+
+
+async def test_a_header_http_cannot_carry_is_never_written_by_hand() -> None:
+    """RFC 9110 §5.5: a field value holds no CR or LF. The direct path writes
+    requests by hand, so a value it cannot vouch for goes the general way,
+    where h11 refuses it: the call fails under its id, and nothing (no
+    injected header) reaches the server. A value h11 does allow, though the
+    direct path's check is stricter, still goes out."""
+    async with raw_server(lambda n, msg: ([json_answer(msg)], False)) as server:
+        async with direct_connection(server.url, **{"X-Evil": "a\r\nInjected: 1"}) as c:
+            seen = await exchange(c, modern(1, "tools/call", name="echo"))
+            error = reply_to(seen, 1)["error"]
+            assert "cannot send this request" in error["message"], error
+        assert server.peers == []
+        async with direct_connection(server.url, **{"X-Odd": "a\x7fb"}) as c:
+            seen = await exchange(c, modern(2, "tools/call", name="echo"))
+            assert reply_to(seen, 2)["result"] == {"echo": 2}
+        assert len(server.peers) == 1
+
+
+async def test_bytes_after_a_whole_answer_spare_it_but_not_the_connection() -> None:
+    """RFC 9112 §9.3: a server sends one answer per request. Bytes after a
+    whole answer are not the next request's answer: the answer stands, the
+    connection is not reused, and the next call goes through."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 1:
+            return [json_answer(msg) + b"junk that is no answer\r\n\r\n"], False
+        return [json_answer(msg)], False
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        for n in (1, 2):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    assert server.connections == 2
+
+
+async def test_a_big_event_stream_written_at_once_leaves_the_connection_usable() -> None:
+    """2025-11-25 "Sending Messages to the Server": the answer to a POST may
+    be an SSE stream, here with a notification over a megabyte before the
+    reply, all in one write: the stream is read to its end (reading pauses
+    while the reader catches up), and the connection serves the next call."""
+    big = "x" * (3 << 19)
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 2:
+            return [json_answer(msg)], False
+        note = orjson.dumps(wire.notification("notifications/message", {"data": big}))
+        reply = orjson.dumps(wire.result_response(msg["id"], {"echo": msg["id"]}))
+        body = b"event: message\ndata: %s\n\nevent: message\ndata: %s\n\n" % (note, reply)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        return [head + b"Content-Length: %d\r\n\r\n" % len(body) + body], False
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        seen = await exchange(c, modern(1, "tools/call", name="echo"))
+        assert reply_to(seen, 1)["result"] == {"echo": 1}
+        assert any(m.get("params", {}).get("data") == big for m in seen)
+        seen = await exchange(c, modern(2, "tools/call", name="echo"))
+        assert reply_to(seen, 2)["result"] == {"echo": 2}
+    assert server.connections == 1
+
+
+async def test_an_answer_head_that_never_ends_fails_its_call() -> None:
+    """Issue #12's "limits as today": the general path's h11 bounds an
+    answer's head at 64 KiB; httptools buffers a header without end, so the
+    direct path bounds it too: the call fails, the next one goes through."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 1:
+            return [b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * (1 << 17)], False
+        return [json_answer(msg)], False
+
+    async with raw_server(script) as server, direct_connection(server.url) as c:
+        seen = await exchange(c, modern(1, "tools/call", name="echo"))
+        error = reply_to(seen, 1)["error"]
+        assert error["data"]["reason"] == "upstream-unreachable"
+        assert "head is over" in error["message"], error
+        seen = await exchange(c, modern(2, "tools/call", name="echo"))
+        assert reply_to(seen, 2)["result"] == {"echo": 2}
+
+
+async def test_a_configured_header_a_modern_request_sets_itself_is_sent_once() -> None:
+    """2026-07-28 "Standard Headers": Mcp-Method is the request's own. A
+    configured header of that name is replaced by it, as on the general
+    path, never sent next to it (the direct path writes headers by hand)."""
+    async with (
+        raw_server(lambda n, msg: ([json_answer(msg)], False)) as server,
+        direct_connection(server.url, **{"Mcp-Method": "configured"}) as c,
+    ):
+        for n in (1, 2):
+            seen = await exchange(c, modern(n, "tools/call", name="echo"))
+            assert reply_to(seen, n)["result"] == {"echo": n}
+    for head in server.heads:
+        methods = [h for h in head.split(b"\r\n") if h.lower().startswith(b"mcp-method:")]
+        assert methods == [b"Mcp-Method: tools/call"], head
+
+
+class _Transport(asyncio.Transport):
+    """Just what a DirectConnection asks of its transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        return None
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class _Call:
+    streamed: list[Response] = field(default_factory=list)
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        raise AssertionError("an event stream is not answered whole")
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        self.streamed.append(response)
+
+    def failed(self, why: str) -> None:
+        raise AssertionError(why)
+
+    def retry(self) -> None:
+        raise AssertionError("no retry")
+
+
+async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_reading() -> None:
+    """A defect found writing the direct path: a stream whose unread body
+    passes the feed's mark pauses the socket, and one that also ended in
+    that same read went back to the pool paused, where the next call's
+    answer would never have been read."""
+    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=8 << 20)
+    connection = DirectConnection(pool)
+    transport = _Transport()
+    connection.connection_made(transport)
+    call = _Call()
+    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+    body = b"data: " + b"x" * (3 << 19) + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    connection.data_received(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert len(call.streamed) == 1
+    assert pool.take() is connection and not transport.paused and not transport.closed
+
+
+@dataclass
+class _Whole:
+    answers: list[tuple[int, bytes | None]] = field(default_factory=list)
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        self.answers.append((status, body))
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        raise AssertionError("a JSON answer is not streamed")
+
+    def failed(self, why: str) -> None:
+        raise AssertionError(why)
+
+    def retry(self) -> None:
+        raise AssertionError("no retry")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.binary(min_size=1, max_size=300),
+    chunked=st.booleans(),
+    status=st.sampled_from([200, 202, 400, 404, 500]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_any_split_of_any_framed_answer_is_read_once_and_whole(
+    body: bytes, chunked: bool, status: int, cuts: list[int]
+) -> None:
+    """RFC 9112 §6.3: the framing (Content-Length, or chunks) says where an
+    answer ends, however its bytes arrive; each answer is reported once,
+    whole, and the connection goes back to the pool for the next."""
+    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
+    connection = DirectConnection(pool)
+    connection.connection_made(_Transport())
+    head = b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n" % status
+    if chunked:
+        raw = head + b"Transfer-Encoding: chunked\r\n\r\n"
+        for i in range(0, len(body), 7):
+            piece = body[i : i + 7]
+            raw += b"%x\r\n%s\r\n" % (len(piece), piece)
+        raw += b"0\r\n\r\n"
+    else:
+        raw = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    for _ in range(2):  # the second answer on the connection the first left idle
+        call = _Whole()
+        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+        points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
+        for start, end in itertools.pairwise(points):
+            if end > start:
+                connection.data_received(raw[start:end])
+        assert call.answers == [(status, body)]
+        assert pool.take() is connection
