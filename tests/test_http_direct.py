@@ -14,18 +14,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import anyio
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import wire
-from gateway.backs.http_back import HttpServerConnection
 from gateway.backs.http_client import Response
-from gateway.backs.http_connector import HttpConnector
 from gateway.backs.http_direct import DirectConnection, DirectPool
-from tests.test_http_back import exchange, modern
+from tests.test_http_back import connection, exchange, modern
 
 pytestmark = pytest.mark.anyio
 
@@ -88,27 +85,6 @@ async def raw_server(script: Script) -> AsyncIterator[RawServer]:
         server.close()
 
 
-@asynccontextmanager
-async def direct_connection(url: str, **headers: str) -> AsyncIterator[HttpServerConnection]:
-    """A connection whose task group runs before the first request, so every
-    request takes the direct path (where it can)."""
-    connector = HttpConnector(url, headers=headers, connect_timeout=2, read_timeout=2)
-    conn = await connector.connect()
-    async with anyio.create_task_group() as tg:
-        await tg.start(_run, conn)
-        try:
-            yield conn
-        finally:
-            await conn.aclose(1)
-            tg.cancel_scope.cancel()
-    await connector.aclose()
-
-
-async def _run(conn: HttpServerConnection, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-    task_status.started()
-    await conn.run_background()
-
-
 def reply_to(seen: list[wire.Message], msg_id: int) -> wire.Message:
     return next(m for m in seen if m.get("id") == msg_id and "method" not in m)
 
@@ -120,7 +96,7 @@ async def test_calls_one_after_another_share_one_keep_alive_connection() -> None
     for 5,102 calls in the bench; the server's CPU per call doubled)."""
     async with (
         raw_server(lambda n, msg: ([json_answer(msg)], False)) as server,
-        direct_connection(server.url) as c,
+        connection(server.url) as c,
     ):
         for n in range(1, 6):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))
@@ -143,7 +119,7 @@ async def test_an_answer_written_in_pieces_is_read_whole(
     the connection then serves the next call."""
     async with (
         raw_server(lambda n, msg: (split(json_answer(msg)), False)) as server,
-        direct_connection(server.url) as c,
+        connection(server.url) as c,
     ):
         for n in (1, 2):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))
@@ -174,7 +150,7 @@ async def test_chunked_informational_and_unframed_answers() -> None:
         unframed = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
         return [unframed], True
 
-    async with raw_server(script) as server, direct_connection(server.url) as c:
+    async with raw_server(script) as server, connection(server.url) as c:
         for n in (1, 2, 3):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))
             assert reply_to(seen, n)["result"] == {"echo": n}
@@ -190,7 +166,7 @@ async def test_a_connection_the_server_closes_after_each_answer_still_serves_eve
     the server closed while idle is replaced, and nothing is lost."""
     async with (
         raw_server(lambda n, msg: ([json_answer(msg)], True)) as server,
-        direct_connection(server.url) as c,
+        connection(server.url) as c,
     ):
         for n in range(1, 5):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))
@@ -212,7 +188,7 @@ async def test_a_broken_answer_fails_only_its_call() -> None:
             return [head + b'Content-Length: 500\r\n\r\n{"jsonrpc"'], True
         return [json_answer(msg)], False
 
-    async with raw_server(script) as server, direct_connection(server.url) as c:
+    async with raw_server(script) as server, connection(server.url) as c:
         for n in (1, 2):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))
             error = reply_to(seen, n)["error"]
@@ -228,12 +204,12 @@ async def test_a_header_http_cannot_carry_is_never_written_by_hand() -> None:
     injected header) reaches the server. A value h11 does allow, though the
     direct path's check is stricter, still goes out."""
     async with raw_server(lambda n, msg: ([json_answer(msg)], False)) as server:
-        async with direct_connection(server.url, **{"X-Evil": "a\r\nInjected: 1"}) as c:
+        async with connection(server.url, **{"X-Evil": "a\r\nInjected: 1"}) as c:
             seen = await exchange(c, modern(1, "tools/call", name="echo"))
             error = reply_to(seen, 1)["error"]
             assert "cannot send this request" in error["message"], error
         assert server.peers == []
-        async with direct_connection(server.url, **{"X-Odd": "a\x7fb"}) as c:
+        async with connection(server.url, **{"X-Odd": "a\x7fb"}) as c:
             seen = await exchange(c, modern(2, "tools/call", name="echo"))
             assert reply_to(seen, 2)["result"] == {"echo": 2}
         assert len(server.peers) == 1
@@ -249,7 +225,7 @@ async def test_bytes_after_a_whole_answer_spare_it_but_not_the_connection() -> N
             return [json_answer(msg) + b"junk that is no answer\r\n\r\n"], False
         return [json_answer(msg)], False
 
-    async with raw_server(script) as server, direct_connection(server.url) as c:
+    async with raw_server(script) as server, connection(server.url) as c:
         for n in (1, 2):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))
             assert reply_to(seen, n)["result"] == {"echo": n}
@@ -272,7 +248,7 @@ async def test_a_big_event_stream_written_at_once_leaves_the_connection_usable()
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         return [head + b"Content-Length: %d\r\n\r\n" % len(body) + body], False
 
-    async with raw_server(script) as server, direct_connection(server.url) as c:
+    async with raw_server(script) as server, connection(server.url) as c:
         seen = await exchange(c, modern(1, "tools/call", name="echo"))
         assert reply_to(seen, 1)["result"] == {"echo": 1}
         assert any(m.get("params", {}).get("data") == big for m in seen)
@@ -291,7 +267,7 @@ async def test_an_answer_head_that_never_ends_fails_its_call() -> None:
             return [b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * (1 << 17)], False
         return [json_answer(msg)], False
 
-    async with raw_server(script) as server, direct_connection(server.url) as c:
+    async with raw_server(script) as server, connection(server.url) as c:
         seen = await exchange(c, modern(1, "tools/call", name="echo"))
         error = reply_to(seen, 1)["error"]
         assert error["data"]["reason"] == "upstream-unreachable"
@@ -306,7 +282,7 @@ async def test_a_configured_header_a_modern_request_sets_itself_is_sent_once() -
     path, never sent next to it (the direct path writes headers by hand)."""
     async with (
         raw_server(lambda n, msg: ([json_answer(msg)], False)) as server,
-        direct_connection(server.url, **{"Mcp-Method": "configured"}) as c,
+        connection(server.url, **{"Mcp-Method": "configured"}) as c,
     ):
         for n in (1, 2):
             seen = await exchange(c, modern(n, "tools/call", name="echo"))

@@ -175,12 +175,9 @@ class HttpCalls:
                     first = await stream.first(math.inf, gone)
             finally:
                 self._firsts.discard(stream)
-        # None when the client went away first (the watcher cancelled) or
-        # the session ended under the request: both cancel it upstream.
-        reply: wire.Message | None = None
-        if first is not None and is_reply_to(first, msg_id):
-            # Most calls: the reply is all there is, and no task watches the client.
-            reply = await answer_request(
+
+        async def answer_it() -> wire.Message | None:
+            return await answer_request(
                 stream,
                 send,
                 msg_id,
@@ -190,6 +187,13 @@ class HttpCalls:
                 forward_authorization=self._forward_authorization,
                 first=first,
             )
+
+        # None when the client went away first (the watcher cancelled) or
+        # the session ended under the request: both cancel it upstream.
+        reply: wire.Message | None = None
+        if first is not None and is_reply_to(first, msg_id):
+            # Most calls: the reply is all there is, and no task watches the client.
+            reply = await answer_it()
         elif gone is None or not gone.gone:  # else nobody is left to answer
             async with anyio.create_task_group() as tg:
                 # The end of the shutdown grace cancels the wait too (not a
@@ -199,16 +203,7 @@ class HttpCalls:
                     if self._cut_off:
                         tg.cancel_scope.cancel()
                     tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
-                    reply = await answer_request(
-                        stream,
-                        send,
-                        msg_id,
-                        call.modern,
-                        call.extra_headers,
-                        answer,
-                        forward_authorization=self._forward_authorization,
-                        first=first,
-                    )
+                    reply = await answer_it()
                     tg.cancel_scope.cancel()
                 finally:
                     self._waits.discard(tg.cancel_scope)
