@@ -15,9 +15,10 @@ JSON-RPC error replies under the request's id, so callers (and
 protocol decisions beyond what the transport specs require of a client.
 
 Its parts: `http_session` (where messages go, their headers, what answers set
-up), `http_direct` (the calls' fast path), `http_stream` (reading answers and
-event streams, resumption, the GET stream), `http_sse_transport` (the
-2024-11-05 transport), `http_wire` (what each answer means, no I/O).
+up), `http_direct` (the calls' fast path) and `http_sent_call` (one call on
+it), `http_stream` (reading answers and event streams, resumption, the GET
+stream), `http_sse_transport` (the 2024-11-05 transport), `http_wire` (what
+each answer means, no I/O).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from anyio.abc import TaskGroup
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClient, HttpClientError, Response, describe
-from gateway.backs.http_direct import DirectConnection, DirectPool
+from gateway.backs.http_client import HttpClient, HttpClientError, describe
+from gateway.backs.http_direct import DirectPool
 from gateway.backs.http_exchange import HttpExchange
+from gateway.backs.http_sent_call import SentCall, known
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
 from gateway.backs.http_stream import HttpRefusal, StreamReader
@@ -92,7 +94,7 @@ class HttpServerConnection:
             session_gone=self._session_gone,
             sleep=self._wait,
         )
-        self._exchange = HttpExchange(self._session, self._reader, self._session_gone)
+        self.exchange = HttpExchange(self._session, self._reader, self._session_gone)
         self._ready: deque[wire.Message] = deque()
         self._wake = anyio.Event()
         self._ended: str | None = None
@@ -121,6 +123,11 @@ class HttpServerConnection:
     @property
     def url(self) -> str:
         return self._session.url
+
+    @property
+    def ended(self) -> str | None:
+        """Why the connection ended, once it has."""
+        return self._ended
 
     @property
     def session_id(self) -> str | None:
@@ -332,26 +339,26 @@ class HttpServerConnection:
                 if generation is None:
                     generation = self._session.tools_generation
                 if first is None:
-                    refused = await self._exchange.request(msg, self._deliver_for(msg))
+                    refused = await self.exchange.request(msg, self.deliver_for(msg))
                 else:
                     refused = await first()
                 if refused is not None and http_wire.asks_header_refresh(msg, refused.reply):
                     # "Client Behavior": on HeaderMismatch, re-read the tools'
                     # schemas and retry once with the headers they now call for.
-                    await self._session.refresh_tools(msg, generation, self._exchange.request)
-                    refused = await self._exchange.request(msg, self._deliver_for(msg))
+                    await self._session.refresh_tools(msg, generation, self.exchange.request)
+                    refused = await self.exchange.request(msg, self.deliver_for(msg))
                 if (
                     refused is not None
                     and self._session.sse_endpoint is None
                     and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
                     and await self._open_sse_transport()
                 ):
-                    refused = await self._exchange.request(msg, self._deliver_for(msg))
+                    refused = await self.exchange.request(msg, self.deliver_for(msg))
                 if refused is not None:
-                    self._deliver_for(msg)(refused.reply)
+                    self.deliver_for(msg)(refused.reply)
         except Exception as exc:
             if msg_id in self._inflight:  # the caller still waits: answer it
-                self._deliver_for(msg)(http_wire.failure_reply(msg_id, describe(exc)))
+                self.deliver_for(msg)(http_wire.failure_reply(msg_id, describe(exc)))
             raise
         finally:
             if self._session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
@@ -372,14 +379,12 @@ class HttpServerConnection:
         data = session.post_bytes(msg, orjson.dumps(msg))
         if data is None:
             return False
-        call = _DirectCall(
-            self, msg, data, session.tools_generation, session.session_id is not None
-        )
+        call = SentCall(self, msg, data, session.tools_generation, session.session_id is not None)
         inflight.cancel = call.abort
-        self._dispatch(call)
+        self.dispatch(call)
         return True
 
-    def _dispatch(self, call: _DirectCall) -> None:
+    def dispatch(self, call: SentCall) -> None:
         assert isinstance(self._direct, DirectPool)
         connection = self._direct.take()
         if connection is None:
@@ -388,7 +393,7 @@ class HttpServerConnection:
             call.connection = connection
             connection.send(call.data, call, self._session.stream_timeout.write)
 
-    async def _connect_direct(self, call: _DirectCall) -> None:
+    async def _connect_direct(self, call: SentCall) -> None:
         assert isinstance(self._direct, DirectPool)
         try:
             connection = await self._direct.connect(self._session.stream_timeout.connect)
@@ -401,7 +406,7 @@ class HttpServerConnection:
         call.connection = connection
         connection.send(call.data, call, self._session.stream_timeout.write)
 
-    def _direct_settled(self, call: _DirectCall, refused: HttpRefusal | None) -> None:
+    def direct_settled(self, call: SentCall, refused: HttpRefusal | None) -> None:
         """What the first POST of a direct call came to, as _run_request
         goes on from it: at once when nothing more waits, else in a task."""
         msg = call.msg
@@ -413,21 +418,21 @@ class HttpServerConnection:
                 and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
             )
         ):
-            self._continue(call, lambda: _known(refused))
+            self.continue_in_task(call, lambda: known(refused))
             return
         if refused is not None:
-            self._deliver_for(msg)(refused.reply)
+            self.deliver_for(msg)(refused.reply)
         if self._session.sse_endpoint is None:
             self._inflight.pop(msg_id, None)
 
-    def _continue(
-        self, call: _DirectCall, first: Callable[[], Awaitable[HttpRefusal | None]]
+    def continue_in_task(
+        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
     ) -> None:
         """A task takes a direct call on from `first`."""
         self._spawn(self._continued, call, first)
 
     async def _continued(
-        self, call: _DirectCall, first: Callable[[], Awaitable[HttpRefusal | None]]
+        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
     ) -> None:
         # The scope is made here, in the task: the callbacks run outside any.
         call.scope = scope = anyio.CancelScope()
@@ -435,16 +440,16 @@ class HttpServerConnection:
             scope.cancel()
         await self._run_request(call.msg, scope, first, call.generation)
 
-    def _direct_failed(self, call: _DirectCall, exc: Exception) -> None:
+    def direct_failed(self, call: SentCall, exc: Exception) -> None:
         """A bug or an odd input met on the direct path: as _guarded says."""
         log.error(
             "upstream http task failed", task="_direct_call", url=self.url, error=describe(exc)
         )
         if call.msg["id"] in self._inflight:  # the caller still waits: answer it
             self._inflight.pop(call.msg["id"], None)
-            self._deliver_for(call.msg)(http_wire.failure_reply(call.msg["id"], describe(exc)))
+            self.deliver_for(call.msg)(http_wire.failure_reply(call.msg["id"], describe(exc)))
 
-    def _deliver_for(self, request: wire.Message) -> Deliver:
+    def deliver_for(self, request: wire.Message) -> Deliver:
         """How messages on a request's response reach the queue: the reply to
         it is looked at first (initialize, tools/list), the rest goes as is."""
         msg_id = request["id"]
@@ -462,7 +467,7 @@ class HttpServerConnection:
     # -- notifications and our answers to server requests ------------------------------
     async def _post_message(self, msg: wire.Message) -> None:
         if (
-            await self._exchange.message(msg)
+            await self.exchange.message(msg)
             and msg.get("method") == "notifications/initialized"
             and self._session.sse_endpoint is None
         ):
@@ -492,100 +497,3 @@ class HttpServerConnection:
                 if version is not None:
                     self._session.legacy_version = version
         self._push(msg)
-
-
-async def _known(refused: HttpRefusal | None) -> HttpRefusal | None:
-    return refused
-
-
-class _DirectCall:
-    """A request on the direct path: what its connection reports
-    (http_direct.DirectCall) goes to the connection that sent it."""
-
-    __slots__ = (
-        "_owner",
-        "aborted",
-        "connection",
-        "data",
-        "generation",
-        "msg",
-        "scope",
-        "sent_session",
-        "streamed",
-    )
-
-    def __init__(
-        self,
-        owner: HttpServerConnection,
-        msg: wire.Message,
-        data: bytes,
-        generation: int,
-        sent_session: bool,
-    ) -> None:
-        self._owner = owner
-        self.msg = msg
-        self.data = data
-        self.generation = generation
-        self.sent_session = sent_session
-        self.connection: DirectConnection | None = None
-        self.aborted = False
-        self.scope: anyio.CancelScope | None = None  # once a task has taken it on
-        self.streamed: Callable[[], None] | None = None  # ends its event stream's reading
-
-    def abort(self) -> None:
-        """Cancelled (or the session is over): the exchange ends here."""
-        self.aborted = True
-        if self.connection is not None:
-            self.connection.drop(self)
-        if self.scope is not None:
-            self.scope.cancel()
-        if self.streamed is not None:
-            self.streamed()
-
-    def _live(self) -> bool:
-        return not self.aborted and self._owner._ended is None
-
-    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
-        if not self._live():
-            return
-        owner = self._owner
-        try:
-            deliver = owner._deliver_for(self.msg)
-            refused = owner._exchange.settle(
-                self.msg, status, headers, body, size, self.sent_session, deliver
-            )
-            owner._direct_settled(self, refused)
-        # Any failure: as a task's in _guarded (the caller gets a gateway error).
-        except Exception as exc:
-            owner._direct_failed(self, exc)
-
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        if not self._live():
-            done()
-            return
-        owner = self._owner
-        deliver = owner._deliver_for(self.msg)
-        self.streamed = done  # an abort before the task starts closes it too
-
-        async def first() -> HttpRefusal | None:
-            try:
-                return await owner._exchange.answer(self.msg, response, self.sent_session, deliver)
-            finally:
-                done()
-
-        owner._continue(self, first)
-
-    def failed(self, why: str) -> None:
-        if not self._live():
-            return
-        try:
-            refused = HttpRefusal(http_wire.failure_reply(self.msg["id"], why), None)
-            self._owner._direct_settled(self, refused)
-        # As in answered: a callback must not raise into the event loop.
-        except Exception as exc:
-            self._owner._direct_failed(self, exc)
-
-    def retry(self) -> None:
-        if self._live():
-            self.connection = None
-            self._owner._dispatch(self)

@@ -1,0 +1,138 @@
+"""A request of the HTTP back on the direct path (http_direct): what its
+connection reports — answered whole, answering with a stream, failed, to be
+sent again — goes to the HttpServerConnection that sent it (the owner), which
+settles it the way its tasks settle any other."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import anyio
+
+from gateway import wire
+from gateway.backs import http_wire
+from gateway.backs.http_client import Response
+from gateway.backs.http_direct import DirectConnection
+from gateway.backs.http_exchange import HttpExchange
+from gateway.backs.http_session import Deliver
+from gateway.backs.http_stream import HttpRefusal
+
+
+class CallOwner(Protocol):
+    """The connection a SentCall reports to (http_back.HttpServerConnection)."""
+
+    exchange: HttpExchange
+
+    @property
+    def ended(self) -> str | None: ...
+
+    def deliver_for(self, request: wire.Message) -> Deliver: ...
+
+    def direct_settled(self, call: SentCall, refused: HttpRefusal | None) -> None: ...
+
+    def direct_failed(self, call: SentCall, exc: Exception) -> None: ...
+
+    def continue_in_task(
+        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
+    ) -> None: ...
+
+    def dispatch(self, call: SentCall) -> None: ...
+
+
+async def known(refused: HttpRefusal | None) -> HttpRefusal | None:
+    """An outcome already settled, as continue_in_task takes one to wait for."""
+    return refused
+
+
+class SentCall:
+    """A request on the direct path: what its connection reports
+    (http_direct.DirectCall) goes to the connection that sent it."""
+
+    __slots__ = (
+        "_owner",
+        "aborted",
+        "connection",
+        "data",
+        "generation",
+        "msg",
+        "scope",
+        "sent_session",
+        "streamed",
+    )
+
+    def __init__(
+        self,
+        owner: CallOwner,
+        msg: wire.Message,
+        data: bytes,
+        generation: int,
+        sent_session: bool,
+    ) -> None:
+        self._owner = owner
+        self.msg = msg
+        self.data = data
+        self.generation = generation
+        self.sent_session = sent_session
+        self.connection: DirectConnection | None = None
+        self.aborted = False
+        self.scope: anyio.CancelScope | None = None  # once a task has taken it on
+        self.streamed: Callable[[], None] | None = None  # ends its event stream's reading
+
+    def abort(self) -> None:
+        """Cancelled (or the session is over): the exchange ends here."""
+        self.aborted = True
+        if self.connection is not None:
+            self.connection.drop(self)
+        if self.scope is not None:
+            self.scope.cancel()
+        if self.streamed is not None:
+            self.streamed()
+
+    def _live(self) -> bool:
+        return not self.aborted and self._owner.ended is None
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        if not self._live():
+            return
+        owner = self._owner
+        try:
+            deliver = owner.deliver_for(self.msg)
+            refused = owner.exchange.settle(
+                self.msg, status, headers, body, size, self.sent_session, deliver
+            )
+            owner.direct_settled(self, refused)
+        # Any failure: as a task's in _guarded (the caller gets a gateway error).
+        except Exception as exc:
+            owner.direct_failed(self, exc)
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        if not self._live():
+            done()
+            return
+        owner = self._owner
+        deliver = owner.deliver_for(self.msg)
+        self.streamed = done  # an abort before the task starts closes it too
+
+        async def first() -> HttpRefusal | None:
+            try:
+                return await owner.exchange.answer(self.msg, response, self.sent_session, deliver)
+            finally:
+                done()
+
+        owner.continue_in_task(self, first)
+
+    def failed(self, why: str) -> None:
+        if not self._live():
+            return
+        try:
+            refused = HttpRefusal(http_wire.failure_reply(self.msg["id"], why), None)
+            self._owner.direct_settled(self, refused)
+        # As in answered: a callback must not raise into the event loop.
+        except Exception as exc:
+            self._owner.direct_failed(self, exc)
+
+    def retry(self) -> None:
+        if self._live():
+            self.connection = None
+            self._owner.dispatch(self)
