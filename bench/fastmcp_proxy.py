@@ -20,10 +20,11 @@ from typing import Any
 
 
 def main(argv: list[str]) -> None:
-    from fastmcp.client.transports import StdioTransport
-    from fastmcp.server import create_proxy
-    from starlette.requests import Request
-    from starlette.responses import PlainTextResponse
+    # Installed in the fastmcp venv only, not beside the gateway.
+    from fastmcp.client.transports import StdioTransport  # type: ignore[import-not-found]
+    from fastmcp.server import create_proxy  # type: ignore[import-not-found]
+    from starlette.requests import Request  # type: ignore[import-not-found]
+    from starlette.responses import PlainTextResponse  # type: ignore[import-not-found]
 
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT/mcp")
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> None:
         proxy.run(transport="stdio", show_banner=False, log_level="WARNING")
         return
 
-    @proxy.custom_route("/readyz", methods=["GET"])
+    @proxy.custom_route("/readyz", methods=["GET"])  # type: ignore[untyped-decorator]
     async def ready(_: Request) -> Any:
         return PlainTextResponse("ok")
 

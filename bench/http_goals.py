@@ -15,7 +15,8 @@ PROXY_TPUT_FACTOR = 4.0  # gateway req/s at c=32 ≥ 4 x the best other proxy's
 PROXY_LATENCY_SHARE = 0.25  # gateway added p50 ≤ 1/4 of the best other proxy's
 REAL_TPUT_SHARE = 0.9  # real server: gateway req/s ≥ 90 % of direct, at every concurrency
 MRTR_ADDED_US = 1000.0  # an elicitation round trip over HTTP adds ≤ 1 ms
-RSS_LIMIT_KIB = 40_000_000 // 1024  # peak RSS ≤ 40 MB (10^6 bytes), in KiB
+RSS_LIMIT_MB = 40  # peak RSS ≤ 40 MB (10^6 bytes)
+RSS_LIMIT_KIB = RSS_LIMIT_MB * 1_000_000 // 1024
 
 
 @dataclass(frozen=True, slots=True)
