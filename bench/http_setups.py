@@ -31,6 +31,7 @@ PROXY_FILES = {
     "fastmcp": FASTMCP_PY,
 }
 UPSTREAM_URL = "http://127.0.0.1:{upstream}/mcp"
+OTHER_PROXIES = frozenset(PROXY_FILES)  # the kinds of HttpRun that are another proxy
 
 
 @dataclass(frozen=True, slots=True)
