@@ -13,17 +13,21 @@ GOAL = (
     f"≤ 1/{1 / http_goals.PROXY_LATENCY_SHARE:g} of its added p50, on every path measured"
 )
 NOT_MEASURED = [
-    "mcp-proxy 0.13.0 (PyPI, on mcp 1.30) speaks only the 2025-11-25 era to its clients "
-    "(a modern POST has no session: 400) and fronts stdio servers only: legacy→legacy, "
-    "HTTP → stdio, only. `mcp-proxy URL` (stdio → HTTP) is SSE-transport only.",
-    "supergateway 4.0.0 fronts stdio servers only and does not translate between eras: "
-    "legacy→legacy and modern→modern, HTTP → stdio (a modern request starts a server "
-    "process of its own, hence ~50 ms a call). Its `--streamableHttp URL` (stdio → HTTP) "
-    "was not added to the bench.",
-    "mcp-remote 0.15.1 is a stdio front to an HTTP server only, and initializes with the "
-    "server itself before serving its client (its SDK client speaks 2025-11-25: a modern "
-    "server refuses it, -32022) and passes a modern client's requests on without the "
-    "modern HTTP headers: legacy→legacy, stdio → HTTP, only.",
+    "mcp-proxy 0.13.0 (PyPI, on mcp 1.30): legacy→legacy only, HTTP → stdio (server "
+    "mode) and stdio → HTTP (client mode, `URL --transport streamablehttp`). Its HTTP "
+    "front speaks only 2025-11-25 (a modern POST has no session: 400); its client "
+    "initializes with the server itself (a modern server refuses it) and its stdio side "
+    "is an mcp 1.30 server (a modern client's server/discover: -32602). It does not "
+    "front an HTTP server over HTTP.",
+    "supergateway 4.0.0: HTTP → stdio legacy→legacy and modern→modern (a modern request "
+    "starts a server process of its own, hence ~50 ms a call), stdio → HTTP "
+    "(`--streamableHttp URL`) legacy→legacy only (it initializes with the server itself; "
+    "a modern client's server/discover is passed to a legacy server: -32601). No era "
+    'translation; HTTP ↔ HTTP it refuses ("streamableHttp→streamableHttp not supported").',
+    "mcp-remote 0.15.1: stdio → HTTP legacy→legacy only. It is a stdio front to an HTTP "
+    "server only, initializes with the server itself before serving its client (a modern "
+    "server refuses it: -32022) and passes a modern client's requests on without the "
+    "modern HTTP headers (400).",
     "FastMCP 4.2.3 (`create_proxy`, run with mode auto so its backend probes the server's "
     "era; its default mirrors the client's era and fails across eras) serves every path "
     "the bench has, at a fresh backend session per client request. The bench measures "

@@ -133,6 +133,17 @@ def fastmcp(*target: str, port: bool = True) -> tuple[str, ...]:
     return (str(FASTMCP_PY), str(ROOT / "bench" / "fastmcp_proxy.py"), *front, *target)
 
 
+def mcp_proxy_front() -> tuple[str, ...]:
+    # Client mode: a stdio server relaying to the Streamable HTTP server.
+    url = (UPSTREAM_URL, "--transport", "streamablehttp", "--log-level", "WARNING")
+    return (str(MCP_PROXY), *url)
+
+
+def supergateway_front() -> tuple[str, ...]:
+    # Streamable HTTP → stdio (streamableHttp → streamableHttp it refuses).
+    return ("node", str(SUPERGATEWAY), "--streamableHttp", UPSTREAM_URL, "--logLevel", "none")
+
+
 def mcp_remote() -> tuple[str, ...]:
     # A stdio front to a Streamable HTTP server; http-only: no SSE fallback probe.
     return ("node", str(MCP_REMOTE), UPSTREAM_URL, "--transport", "http-only")
@@ -453,6 +464,30 @@ def groups(
                 "s-gw-LL-h", "legacy", "stdio legacy client → gateway → fast HTTP legacy", "legacy"
             ),
             other(
+                "mcp-proxy",
+                HttpRun(
+                    "s-mcpproxy-LL-h",
+                    "stdio legacy client → mcp-proxy → fast HTTP legacy",
+                    "legacy",
+                    "mcp-proxy",
+                    mcp_proxy_front(),
+                    server=fast_http("legacy", "{upstream}"),
+                    front="stdio",
+                ),
+            )
+            + other(
+                "supergateway",
+                HttpRun(
+                    "s-supergw-LL-h",
+                    "stdio legacy client → supergateway → fast HTTP legacy",
+                    "legacy",
+                    "supergateway",
+                    supergateway_front(),
+                    server=fast_http("legacy", "{upstream}"),
+                    front="stdio",
+                ),
+            )
+            + other(
                 "mcp-remote",
                 HttpRun(
                     "s-mcpremote-LL-h",
