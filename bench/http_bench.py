@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import IO
 
 from bench import procs
-from bench.client import BenchError, Connection, LoadResult, spawn
+from bench.client import MODERN_ELICIT_CAPS, BenchError, Connection, LoadResult, spawn
 from bench.http_client import HttpClient
 from bench.http_setups import HttpRun
-from bench.report import CONCURRENCIES, _sliced_p50_ns
+from bench.report import CONCURRENCIES, MRTR_CONCURRENCIES, _sliced_p50_ns
 from bench.setups import ROOT
 
 READY_TIMEOUT = 60.0
@@ -91,12 +91,17 @@ async def _status(port: int, path: str) -> int | None:
             writer.close()
 
 
+def levels(run: HttpRun) -> tuple[int, ...]:
+    """The concurrencies a run is measured at (MRTR interactions: 1 and 8)."""
+    return MRTR_CONCURRENCIES if run.work == "ask" else CONCURRENCIES
+
+
 async def start(
     name: str,
     template: tuple[str, ...],
     port: int,
     upstream: int,
-    ready: str,
+    ready: str | None,
     log: IO[bytes],
     first_signal: signal.Signals = signal.SIGTERM,
 ) -> Service:
@@ -114,13 +119,18 @@ async def start(
     service = Service(name, proc, port, first_signal)
     LIVE.add(service)
     deadline = time.monotonic() + READY_TIMEOUT
-    while await _status(port, ready) != 200:  # bounded by READY_TIMEOUT
+    # ready None: the server has no health route; any answer to GET /mcp will do.
+    while not _is_ready(await _status(port, ready or "/mcp"), ready):  # bounded
         if proc.returncode is not None:
             raise BenchError(f"{name}: exited with code {proc.returncode} before it was ready")
         if time.monotonic() > deadline:
-            raise BenchError(f"{name}: {ready} not 200 within {READY_TIMEOUT:g}s")
+            raise BenchError(f"{name}: {ready or '/mcp'} not ready within {READY_TIMEOUT:g}s")
         await asyncio.sleep(0.05)
     return service
+
+
+def _is_ready(status: int | None, ready: str | None) -> bool:
+    return status is not None and (ready is None or status == 200)
 
 
 @dataclass(slots=True)
@@ -143,6 +153,9 @@ class HttpMeasured:
 
     def rps(self, c: int) -> float:
         return self.loads[c].rps
+
+    def rps_or_none(self, c: int) -> float | None:
+        return self.loads[c].rps if c in self.loads else None
 
 
 def best_of(rounds: list[HttpMeasured]) -> HttpMeasured:
@@ -171,12 +184,17 @@ def _reaped_seconds(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _phase(client: HttpClient, c: int, seconds: float, cap: int) -> LoadResult:
-    result = await client.load(c, seconds, cap or 10**9)
+async def _phase(
+    client: HttpClient, c: int, seconds: float, cap: int, work: str = "echo"
+) -> LoadResult:
+    result = await client.load(c, seconds, cap or 10**9, work)
     if result.errors:
         raise BenchError(
             f"{client.name}: {result.errors} failed at c={c}; first: {result.first_error}"
         )
+    # Through the gateway every MRTR interaction is input_required + one retry.
+    if result.follow_ups != (result.replies if work == "ask" else 0):
+        raise BenchError(f"{client.name}: {result.follow_ups} retries for {result.replies} calls")
     return result
 
 
@@ -193,7 +211,7 @@ async def measure(
             server = hop = None
             if run.server is not None:
                 server = await start(
-                    f"{run.key} server", run.server, server_port, server_port, "/readyz", log
+                    f"{run.key} server", run.server, server_port, server_port, run.server_ready, log
                 )
                 services.append(server)
             if run.hop is not None:
@@ -201,7 +219,8 @@ async def measure(
                 stop = signal.SIGINT if run.kind == "gateway" else signal.SIGTERM
                 hop = await start(run.key, run.hop, hop_port, server_port, run.ready, log, stop)
                 services.append(hop)
-            client = HttpClient(run.key, "127.0.0.1", hop_port, run.client_era)
+            caps = MODERN_ELICIT_CAPS if run.work == "ask" else None
+            client = HttpClient(run.key, "127.0.0.1", hop_port, run.client_era, caps=caps)
             await client.handshake(timeout=60.0)
             return await _measure(client, run, hop, server, seconds, warmup, cap)
         finally:
@@ -221,8 +240,9 @@ async def _measure(
     warmup: float,
     cap: int,
 ) -> HttpMeasured:
-    top = CONCURRENCIES[-1]
-    await _phase(client, top, warmup, 0)  # warm caches, code paths and connections
+    work, concurrencies = run.work, levels(run)
+    top = concurrencies[-1]
+    await _phase(client, top, warmup, 0, work)  # warm caches, code paths and connections
 
     def server_pids() -> list[int]:
         # The MCP server: the hop's children (stdio back), or the HTTP server.
@@ -231,15 +251,15 @@ async def _measure(
 
     everything = [0, *([hop.pid] if hop else []), *server_pids()]
     latency = await _pinned_latency(
-        everything, lambda c, s, n: _phase(client, c, s, n), seconds, warmup, cap
+        everything, lambda c, s, n: _phase(client, c, s, n, work), seconds, warmup, cap
     )
-    loads = {c: await _phase(client, c, seconds, cap) for c in CONCURRENCIES[:-1]}
+    loads = {c: await _phase(client, c, seconds, cap, work) for c in concurrencies[:-1]}
     pids = server_pids()
     cpu0 = {pid: procs.cpu_seconds(pid) or 0.0 for pid in pids}
     hop0 = (procs.cpu_seconds(hop.pid) or 0.0) if hop else 0.0
     reaped0 = _reaped_seconds(hop.pid) if hop else 0.0
     own0 = time.process_time()
-    loads[top] = await _phase(client, top, seconds, cap)
+    loads[top] = await _phase(client, top, seconds, cap, work)
     own = time.process_time() - own0
     n = loads[top].replies
     served = sum(
@@ -282,7 +302,7 @@ async def measure_stdio(
     with (logdir / f"{run.key}.stderr").open("ab") as log:
         try:
             port = free_port()
-            server = await start(f"{run.key} server", run.server, port, port, "/readyz", log)
+            server = await start(f"{run.key} server", run.server, port, port, run.server_ready, log)
             command = [a.replace("{upstream}", str(port)) for a in run.hop]
             conn = await spawn(run.key, command, run.client_era, log, str(ROOT))
             LIVE_STDIO.add(conn)

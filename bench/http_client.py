@@ -10,6 +10,12 @@ every request; a modern one (2026-07-28) sends each request alone with the
 `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` headers and the `_meta`
 fields. Requests are serialised once; each use splices in its id.
 
+A load of `ask` calls (the MRTR round trip over HTTP) keeps interactions in
+flight instead, as bench/client.py does over stdio: a modern client declaring
+elicitation meets `input_required` and retries at once on the same connection
+with `inputResponses` and the `requestState`; each interaction is timed from
+its first request to its final result (`Hello, bench`).
+
 Raw protocol callbacks rather than httpx: on 2 cores the client competes
 with what it measures, and httpx costs several times more CPU per request
 (bench/README.md has the figures). Answers may be JSON or an SSE stream (the
@@ -29,13 +35,44 @@ from typing import Any
 import httptools
 import orjson
 
-from bench.client import CLIENT_INFO, ECHO_TEXT, LEGACY, MODERN, MODERN_META, BenchError, LoadResult
+from bench.client import (
+    ASK_TEXT,
+    CAPS,
+    CLIENT_INFO,
+    ECHO_TEXT,
+    ELICIT_ANSWER,
+    LEGACY,
+    MODERN,
+    MODERN_META,
+    BenchError,
+    LoadResult,
+)
 
 ACCEPT = b"application/json, text/event-stream"
 # Servers close idle keep-alive connections (uvicorn and node after 5 s): one
 # idle for longer than this is replaced before a phase, so no close races a request.
 MAX_IDLE = 2.0
 _ECHO = {"name": "echo", "arguments": {"text": ECHO_TEXT}}
+_ASK: dict[str, Any] = {"name": "ask", "arguments": {}}
+
+
+def retry_params(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The retry an `input_required` result asks for (every elicitation accepted),
+    or None when the result is final."""
+    if result.get("resultType") != "input_required":
+        return None
+    asks = result.get("inputRequests") or {}
+    params: dict[str, Any] = {
+        **_ASK,
+        "inputResponses": {
+            key: ELICIT_ANSWER
+            for key, ask in asks.items()
+            if isinstance(ask, dict) and ask.get("method") == "elicitation/create"
+        },
+    }
+    if "requestState" in result:
+        params["requestState"] = result["requestState"]
+    return params
 
 
 @dataclass(slots=True)
@@ -119,8 +156,13 @@ class _Conn(asyncio.Protocol):
             self.client.on_answer(self, msg_id, answer)
 
     def send(self, msg_id: int, data: bytes) -> None:
+        self.sent_ns = time.perf_counter_ns()
+        self.send_more(msg_id, data)
+
+    def send_more(self, msg_id: int, data: bytes) -> None:
+        """The next request of the same interaction: its clock keeps running."""
         assert self.transport is not None
-        self.msg_id, self.sent_ns = msg_id, time.perf_counter_ns()
+        self.msg_id = msg_id
         self.transport.write(data)
 
     def close(self) -> None:
@@ -140,11 +182,23 @@ class _Load:
     first_error: Any = None
     started_ns: int = 0
     last_ns: int = 0
+    ask: bool = False  # MRTR interactions: follow input_required, expect ASK_TEXT
+    follow_ups: int = 0
 
 
 class HttpClient:
-    def __init__(self, name: str, host: str, port: int, era: str, path: str = "/mcp") -> None:
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        port: int,
+        era: str,
+        path: str = "/mcp",
+        caps: dict[str, Any] | None = None,
+    ) -> None:
         self.name, self.host, self.port, self.era, self.path = name, host, port, era, path
+        self.caps = caps or {}  # the client capabilities it declares
+        self.meta = {**MODERN_META, CAPS: self.caps}
         self.session_id: str | None = None
         self.version = MODERN if era == "modern" else LEGACY
         self._conns: list[_Conn] = []
@@ -172,7 +226,7 @@ class HttpClient:
         """A function msg_id -> the whole HTTP request, serialised once."""
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
-            body["params"] = {**params, "_meta": MODERN_META} if self.era == "modern" else params
+            body["params"] = {**params, "_meta": self.meta} if self.era == "modern" else params
         name = params.get("name") if params and method == "tools/call" else None
         head = self._fixed_headers(method, name if isinstance(name, str) else None)
         if notify:
@@ -239,7 +293,7 @@ class HttpClient:
         """Legacy: initialize (keeping the session id) + initialized. Modern:
         server/discover. Then tools/list and one checked echo."""
         if self.era == "legacy":
-            init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT_INFO}
+            init = {"protocolVersion": LEGACY, "capabilities": self.caps, "clientInfo": CLIENT_INFO}
             answer, reply = await self.call("initialize", init, timeout)
             result = (reply or {}).get("result")
             sid = answer.headers.get("mcp-session-id")
@@ -266,6 +320,30 @@ class HttpClient:
             raise BenchError(f"{self.name}: echo answered {result}")
         if (result.get("resultType") == "complete") != (self.era == "modern"):
             raise BenchError(f"{self.name}: a {self.era} client got {result}")
+        if self.era == "modern" and self.caps.get("elicitation") is not None:
+            if "ask" not in [t.get("name") for t in tools]:
+                raise BenchError(f"{self.name}: no ask tool")
+            await self.check_ask(timeout)
+
+    async def check_ask(self, timeout: float) -> None:
+        """One `ask` interaction, every step checked: input_required, then the retry."""
+        answer, reply = await self.call("tools/call", _ASK, timeout)
+        result = (reply or {}).get("result") or {}
+        asks = result.get("inputRequests")
+        retry = retry_params(result)
+        if (
+            retry is None
+            or not isinstance(result.get("requestState"), str)
+            or not isinstance(asks, dict)
+            or [a.get("method") for a in asks.values()] != ["elicitation/create"]
+        ):
+            raise BenchError(
+                f"{self.name}: ask did not ask for input: HTTP {answer.status} {reply}"
+            )
+        answer, reply = await self.call("tools/call", retry, timeout)
+        result = (reply or {}).get("result") or {}
+        if _text(result) != ASK_TEXT or result.get("resultType") != "complete":
+            raise BenchError(f"{self.name}: ask answered HTTP {answer.status} {reply}")
 
     async def end_session(self) -> None:
         """DELETE the legacy session (best effort, bounded)."""
@@ -283,15 +361,20 @@ class HttpClient:
             await asyncio.wait_for(conn.waiter, 5.0)
 
     # -- load -------------------------------------------------------------------------
-    async def load(self, concurrency: int, seconds: float, max_replies: int) -> LoadResult:
-        """Keep `concurrency` echo calls in flight for `seconds` (or `max_replies`)."""
+    async def load(
+        self, concurrency: int, seconds: float, max_replies: int, work: str = "echo"
+    ) -> LoadResult:
+        """Keep `concurrency` echo calls (work="ask": MRTR interactions) in flight
+        for `seconds` (or `max_replies`)."""
         await self.connect(concurrency)
         loop = asyncio.get_running_loop()
+        ask = work == "ask"
         run = _Load(
-            make=self.maker("tools/call", _ECHO),
+            make=self.maker("tools/call", _ASK if ask else _ECHO),
             stop_at_ns=time.perf_counter_ns() + int(seconds * 1e9),
             max_replies=max(max_replies, concurrency),
             done=loop.create_future(),
+            ask=ask,
         )
         self._load = run
         run.started_ns = time.perf_counter_ns()
@@ -312,6 +395,7 @@ class HttpClient:
             run.latencies,
             run.errors,
             run.first_error,
+            run.follow_ups,
         )
 
     def _next(self, conn: _Conn, run: _Load) -> None:
@@ -324,12 +408,22 @@ class HttpClient:
         if run is None:
             return
         now = time.perf_counter_ns()
+        reply = answer.message(msg_id) if answer.status == 200 else None
+        result = reply.get("result") if reply is not None else None
+        retry = retry_params(result) if run.ask and isinstance(result, dict) else None
+        if retry is not None and conn.open:  # the interaction goes on under a new id
+            run.follow_ups += 1
+            new_id = next(self._ids)
+            conn.send_more(new_id, self.maker("tools/call", retry)(new_id))
+            return
         run.inflight -= 1
         run.latencies.append(now - conn.sent_ns)
         run.last_ns = now
-        reply = answer.message(msg_id) if answer.status == 200 else None
-        result = reply.get("result") if reply is not None else None
-        if not isinstance(result, dict) or result.get("isError"):
+        if (
+            not isinstance(result, dict)
+            or result.get("isError")
+            or (run.ask and _text(result) != ASK_TEXT)
+        ):
             run.errors += 1
             if run.first_error is None:
                 run.first_error = f"HTTP {answer.status} {answer.body[:300]!r}"
@@ -347,3 +441,12 @@ class HttpClient:
         run = self._load
         if run is not None and not run.done.done():
             run.done.set_exception(exc)
+
+
+def _text(result: dict[str, Any]) -> str | None:
+    """The first text content of a tool result, if any."""
+    content = result.get("content")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        return text if isinstance(text, str) else None
+    return None

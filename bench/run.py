@@ -176,7 +176,7 @@ async def amain(args: argparse.Namespace) -> int:
     if not wanted <= set(GROUP_CODES):
         print(f"unknown --groups {sorted(wanted - set(GROUP_CODES))}", file=sys.stderr)
         return 2
-    py1_why = setups.py1_missing() if "py1" in wanted else None
+    py1_why = setups.py1_missing() if wanted & {"py1", "http"} else None
     if py1_why:
         print(f"skipping the real SDK server: {py1_why}", file=sys.stderr)
     if args.profile:
@@ -184,11 +184,16 @@ async def amain(args: argparse.Namespace) -> int:
     groups = [g for g in setups.groups(not py1_why, args.profile) if g.code in wanted]
     mrtr = setups.mrtr_group(args.profile) if "mrtr" in wanted else None
     order = setups.runs_in_order(groups) + (list(mrtr.runs()) if mrtr else [])
-    proxies_why = http_setups.proxies_missing() if "http" in wanted else None
-    if proxies_why:
-        print(f"http group: no other proxies: {proxies_why}", file=sys.stderr)
-    http_groups = http_setups.groups(not proxies_why, args.profile) if "http" in wanted else []
-    http_order = http_setups.runs_in_order(http_groups)
+    proxies_why = http_setups.proxies_missing() if "http" in wanted else {}
+    for kind, why in proxies_why.items():
+        print(f"http group: not measuring {kind}: {why}", file=sys.stderr)
+    http_groups: list[http_setups.HttpGroup] = []
+    mrtr_http: http_setups.MrtrHttp | None = None
+    if "http" in wanted:
+        present = frozenset(http_setups.PROXY_FILES) - set(proxies_why)
+        http_groups = http_setups.groups(present, args.profile, with_py1=not py1_why)
+        mrtr_http = http_setups.mrtr_http(http_groups, args.profile)
+    http_order = http_setups.runs_in_order(http_groups) + ([mrtr_http.run] if mrtr_http else [])
     rounds: dict[str, list[report.Measured]] = {}
     http_rounds: dict[str, list[http_bench.HttpMeasured]] = {}
     parked: dict[str, Any] | None = None
@@ -207,7 +212,10 @@ async def amain(args: argparse.Namespace) -> int:
                     return 1
                 rounds.setdefault(run.key, []).append(got)
             for hrun in http_order:
+                if n > 1 and hrun.kind in http_setups.OTHER_PROXIES:
+                    continue  # measured once: the goals ask for factors of 4, and time is short
                 print(f"… round {n}/{args.rounds} {hrun.key:<13} {hrun.label}", file=sys.stderr)
+                run_started = time.monotonic()
                 try:
                     hgot = await http_bench.measure(hrun, seconds, warmup, args.requests, Path(tmp))
                 except BenchError as exc:
@@ -216,6 +224,7 @@ async def amain(args: argparse.Namespace) -> int:
                     print(f"FAILED: {exc}\n--- output of {hrun.key} ---\n{tail}", file=sys.stderr)
                     return 1
                 http_rounds.setdefault(hrun.key, []).append(hgot)
+                print(f"  {time.monotonic() - run_started:.1f} s", file=sys.stderr)
         if mrtr is not None:
             print(f"… memory per parked call ({args.parked} calls)", file=sys.stderr)
             try:
@@ -240,20 +249,29 @@ async def amain(args: argparse.Namespace) -> int:
     http_text = ""
     if http_groups:
         hm = {key: http_bench.best_of(ms) for key, ms in http_rounds.items()}
-        notes = "\n".join(f"- {line}" for line in http_report.NOT_MEASURED)
+        missing = [f"{kind}: {why}" for kind, why in proxies_why.items()]
+        if py1_why:
+            missing.append(f"the real server (mcp 1.30 FastMCP): {py1_why}")
+        notes = "\n".join(f"- {line}" for line in [*http_report.NOT_MEASURED, *missing])
         floors = http_report.floors_table(http_groups, hm)
+        mrtr_line = f"{http_report.mrtr_line(mrtr_http, hm)}\n\n" if mrtr_http else ""
         http_text = (
             f"{http_report.runs_table([hm[r.key] for r in http_order])}\n\n"
             f"{http_report.ratios_table(http_groups, hm)}\n\n"
             + (f"Against the floor (issue #12):\n\n{floors}\n\n" if floors else "")
+            + mrtr_line
             + f"Not measured:\n\n{notes}"
         )
         verdicts += http_report.verdicts(http_groups, hm)
         verdicts += http_report.floor_verdicts(http_groups, hm)
+        verdicts += http_report.real_server_verdicts(http_groups, hm)
+        verdicts += http_report.mrtr_verdicts(mrtr_http, hm) if mrtr_http else []
+        verdicts += http_report.rss_verdicts(list(hm.values()))
     settings = (
         f"best of {args.rounds} round(s); {seconds:g} s per phase after {warmup:g} s warm-up"
         + (f", at most {args.requests} replies per phase" if args.requests else "")
         + (", gateway under cProfile" if args.profile else "")
+        + ("; other proxies: round 1 only" if args.rounds > 1 and http_groups else "")
         + f"; whole run {elapsed:.0f} s"
     )
     info = report.machine_info(max(0.0, others) / elapsed)
