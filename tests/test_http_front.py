@@ -413,6 +413,9 @@ async def test_each_slow_2025_11_25_call_is_primed_at_its_own_time(tmp_path: Pat
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, 2)
             await wait_logged(calls, '"sleep"')
+            # A real gateway and server: what is tested is when each call's
+            # priming time comes, so the second call starts 0.4 s after the
+            # first (inside its priming time, so the one timer must re-arm).
             await anyio.sleep(0.4)
             tg.start_soon(call, 3)
     # Primed about a second in, replied 2.5 s in (the second 5 s in: the

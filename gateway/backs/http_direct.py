@@ -87,7 +87,9 @@ class _Feed:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
-            while True:  # ends at the body's end, or raises its failure
+            # Ends at the body's end or raises its failure; a call overdue is
+            # aborted by the session's sweeper, which cancels this task too.
+            while True:
                 while not self._chunks:
                     if self._ended:
                         if self._error is not None:

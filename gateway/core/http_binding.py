@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gateway import era, wire
+from gateway.core import http_requests
 
 SENTINEL_PREFIX = "=?base64?"
 SENTINEL_SUFFIX = "?="
@@ -349,3 +350,16 @@ class ToolHeaderCache:
                 continue
             kept.append(tool)
         return kept, excluded
+
+
+def modern_request_refusal(
+    headers: Mapping[str, str], msg: dict[str, Any], tools: ToolHeaderCache
+) -> dict[str, Any] | None:
+    """The 400 answer to a modern request over HTTP, or None: its `_meta`
+    without the per-request fields (2026-07-28 "Per-request protocol
+    fields"), or headers that do not match its body (check_modern_headers)."""
+    missing = http_requests.missing_request_fields(msg)
+    if missing is not None:
+        return missing
+    name = (msg.get("params") or {}).get("name")
+    return check_modern_headers(headers, msg, tools.params(name) if isinstance(name, str) else None)

@@ -21,13 +21,12 @@ from typing import Protocol
 import structlog
 
 from gateway import inbound, wire
-from gateway.client_link import ClientLink
 from gateway.core import http_binding, http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Scope, Send
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, headers_of, is_reply_to
 from gateway.fronts.http_calls import HttpCall, HttpCalls
-from gateway.fronts.http_output import HttpOutput
+from gateway.fronts.http_output import http_link
 from gateway.fronts.http_sessions import HttpSessions
 from gateway.fronts.port import GatewayPort
 from gateway.log_limit import LogLimiter
@@ -101,17 +100,9 @@ class DirectPosts:
             return False
         assert calls.tg is not None
         if http_requests.post_is_modern(headers, msg):
-            name = (msg.get("params") or {}).get("name")
-            known = self.tools.params(name) if isinstance(name, str) else None
-            if (
-                http_requests.missing_request_fields(msg) is not None
-                or http_binding.check_modern_headers(headers, msg, known) is not None
-            ):
+            if http_binding.modern_request_refusal(headers, msg, self.tools) is not None:
                 return False
-            output = HttpOutput()
-            link = ClientLink(
-                send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
-            )
+            output, link = http_link(principal)
             try:
                 call = calls.open(link, output, msg, True, None, None, answer.gone)
             except HttpError:
@@ -187,7 +178,8 @@ class DirectCall:
         anything else hands over (and is queued for the task)."""
         try:
             return self._on_message(msg)
-        except Exception as exc:  # a defect here must not reach the upstream's reader
+        # A defect here must not reach the upstream's reader: the client gets a 500.
+        except Exception as exc:
             self.fail(exc)
             return True
 

@@ -141,7 +141,7 @@ class HttpCalls:
         self.access.begin(link.principal, msg["id"])
         try:
             inbox = output.open(msg)
-        except BaseException:
+        except BaseException:  # released on every way out, then raised on
             self.access.end(link.principal)
             raise
         call = HttpCall(link, output, msg, inbox, modern, extra_headers, session, gone)

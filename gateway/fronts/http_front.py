@@ -15,7 +15,6 @@ from __future__ import annotations
 from anyio.abc import TaskGroup
 
 from gateway import inbound, wire
-from gateway.client_link import ClientLink
 from gateway.core import http_binding, http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Scope, Send, client_gone
 from gateway.fronts.direct_posts import DirectPosts
@@ -30,7 +29,7 @@ from gateway.fronts.http_answers import (
     respond_text,
 )
 from gateway.fronts.http_calls import HttpCalls
-from gateway.fronts.http_output import HttpOutput
+from gateway.fronts.http_output import http_link
 from gateway.fronts.http_sessions import HttpSessions
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.metrics import Metrics
@@ -199,24 +198,12 @@ class HttpFront:
         send: Send,
         gone: ClientGone | None,
     ) -> None:
-        missing = http_requests.missing_request_fields(msg)
-        if missing is not None:
-            # A modern header over a body without the per-request fields.
-            self.metrics.count_http_error(400)
-            await respond(send, 400, missing)
-            return
-        name = (msg.get("params") or {}).get("name")
-        problem = http_binding.check_modern_headers(
-            headers, msg, self._tools.params(name) if isinstance(name, str) else None
-        )
+        problem = http_binding.modern_request_refusal(headers, msg, self._tools)
         if problem is not None:
             self.metrics.count_http_error(400)
             await respond(send, 400, problem)
             return
-        output = HttpOutput()
-        link = ClientLink(
-            send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
-        )
+        output, link = http_link(principal)
         self.service.links.add(link)
         try:
             await self._calls.run(link, output, msg, receive, send, modern=True, gone=gone)

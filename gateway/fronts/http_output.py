@@ -19,7 +19,7 @@ import anyio
 import structlog
 
 from gateway import wire
-from gateway.client_link import CURRENT_REQUEST
+from gateway.client_link import CURRENT_REQUEST, ClientLink
 from gateway.fronts.asgi import ClientGone
 from gateway.log_limit import LogLimiter
 
@@ -219,3 +219,13 @@ class HttpOutput:
         if len(self.streams) == 1:
             return next(iter(self.streams.values()))
         return None
+
+
+def http_link(principal: str) -> tuple[HttpOutput, ClientLink]:
+    """A client link whose messages go to the HTTP responses of `output`
+    (one request's for a modern client, a legacy session's for its life)."""
+    output = HttpOutput()
+    link = ClientLink(
+        send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
+    )
+    return output, link

@@ -13,12 +13,11 @@ import anyio
 import structlog
 
 from gateway import wire
-from gateway.client_link import ClientLink
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.asgi import Receive, Send
 from gateway.fronts.http_answers import HttpError, serve_session_stream
 from gateway.fronts.http_calls import HttpCalls
-from gateway.fronts.http_output import HttpOutput
+from gateway.fronts.http_output import http_link
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.port import GatewayPort
 
@@ -40,10 +39,7 @@ class HttpSessions:
         if it opened a session upstream."""
         if len(self.by_id) >= self._max:
             raise HttpError(503, "Too many sessions", wire.INTERNAL_ERROR, msg.get("id"))
-        output = HttpOutput()
-        link = ClientLink(
-            send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
-        )
+        output, link = http_link(principal)
         session = LegacySession(secrets.token_urlsafe(24), link, output)
         self.service.links.add(link)
         opened: list[LegacyClientSession | None] = []

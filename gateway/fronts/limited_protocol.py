@@ -146,7 +146,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         answer = CycleAnswer(cycle, self.transport, gone, super()._start_asgi_task)
         try:
             return self.direct.take(cycle.scope, bytes(cycle.body), answer)  # type: ignore[arg-type]
-        except Exception as exc:  # a defect: the connection goes on, as after an app's
+        # A defect: the client gets a 500 and the connection goes on, as
+        # uvicorn does after an app's exception.
+        except Exception as exc:
             self.direct.failed(exc)
             answer.respond(500, TEXT_HEADERS, b"Internal Server Error")
             return True
