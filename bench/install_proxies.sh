@@ -31,7 +31,7 @@ is_current() { # $1=stamp file, $2=expected text
 
 install_py() {
     local target="$DIR/py" want
-    want="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $MCP_PROXY_PIN"
+    want="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $MCP_PROXY_PIN $target"  # a venv moved elsewhere no longer runs: its path is part of what was installed
     if is_current "$target/.stamp" "$want"; then log "mcp-proxy up to date"; return; fi
     log "creating venv with $MCP_PROXY_PIN"
     rm -rf "$target"
@@ -45,7 +45,7 @@ install_py() {
 install_fastmcp() {
     # Its own venv: fastmcp pins an mcp release of its own, mcp-proxy another.
     local target="$DIR/fastmcp" want
-    want="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $FASTMCP_PIN"
+    want="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $FASTMCP_PIN $target"  # a venv moved elsewhere no longer runs: its path is part of what was installed
     if is_current "$target/.stamp" "$want"; then log "fastmcp up to date"; return; fi
     log "creating venv with $FASTMCP_PIN"
     rm -rf "$target"
