@@ -131,6 +131,7 @@ def _check_bounds(cfg: Config) -> None:
         "http_body_timeout",
         "http_idle_timeout",
         "http_sse_resume_window",
+        "health_interval",
     )
     for name in positive:
         value = getattr(cfg, name)
@@ -140,7 +141,7 @@ def _check_bounds(cfg: Config) -> None:
             )
     if not math.isfinite(cfg.input_batch_window) or cfg.input_batch_window < 0:
         raise ConfigError("input_batch_window must be zero or a positive number of seconds")
-    for name in ("http_sse_poll_after", "http_sse_retry"):
+    for name in ("http_sse_poll_after", "http_sse_retry", "drain_delay"):
         value = getattr(cfg, name)
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"{keys.where(name)} must be zero or a positive number of seconds")

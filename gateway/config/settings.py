@@ -38,12 +38,18 @@ class Config:
     # Vendor methods a modern client may send a legacy server as they are.
     passthrough_methods: frozenset[str] = frozenset()
     shutdown_grace: float = 5.0  # to drain in-flight calls at shutdown
+    # HTTP front: after SIGTERM, how long /readyz is 503 while requests are
+    # still served, so that a balancer notices before connections are refused.
+    drain_delay: float = 0.0
     # After closing the upstream's stdin, how long before SIGTERM (and again
     # before SIGKILL). Short by default: MCP clients give their server about
     # 2 s between closing its stdin and SIGTERM.
     upstream_exit_grace: float = 1.5
     restart_backoff_initial: float = 0.25
     restart_backoff_max: float = 10.0
+    # HTTP front: how often /readyz asks an HTTP upstream whether it still
+    # accepts connections (a command's exit is seen at once).
+    health_interval: float = 5.0
     max_message_bytes: int = 4 * 1024 * 1024
     max_inflight_per_client: int = 256
     # Cache hints for translated results (2026-07-28 "Caching")

@@ -87,6 +87,10 @@ class ConnectionGuard:
         shortest = min(limits.header_timeout, limits.body_timeout, limits.idle_timeout)
         self.tick = min(shortest / 4, 1.0)
         self._sweep: asyncio.TimerHandle | None = None
+        # Draining (SIGTERM): every answer closes its connection, so that
+        # clients open their next one to a replica the balancer still sends
+        # to, and none is left idle here to race the final close.
+        self.draining = False
 
     def admit(self, conn: LimitedHttpToolsProtocol) -> bool:
         if len(self.open) >= self.cap and not self._make_room():

@@ -266,6 +266,9 @@ def readiness_answer(ready: Readiness) -> tuple[int, dict[str, Any]]:
             "reason": "the upstream requires authorization; its era is probed "
             "with the first client's forwarded credential",
         }
+    elif ready.draining:
+        status = 503
+        body = {"status": "draining", "reason": "the gateway is shutting down"}
     else:
         status = 503
         body = {

@@ -240,6 +240,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._set_deadline(BODY, self.limits.body_timeout)
         super().on_headers_complete()
         cycle = self.cycle
+        if cycle is not None and self.guard.draining:
+            cycle.keep_alive = False
         if cycle is not None and cycle.transport is self.transport:  # not an upgrade
             # Its task has not run yet: every answer's head and body in one write.
             cycle.transport = OneWriteTransport(self.transport, self.loop)  # type: ignore[assignment]

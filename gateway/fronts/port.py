@@ -33,6 +33,8 @@ class Readiness:
     awaiting_credentials: bool = False
     # Why the upstream is not ready, when known.
     failure: str | None = None
+    # Shutting down: the balancer should send no more (issue #13 "Draining").
+    draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

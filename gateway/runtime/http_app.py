@@ -23,6 +23,8 @@ from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
+from gateway.runtime.upstream_readiness import REACHABLE_TIMEOUT
+from gateway.runtime.upstream_watch import UpstreamWatch
 
 log = structlog.get_logger("gateway.http")
 
@@ -72,15 +74,52 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _exit_on_signal(server: _Server) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("signal received; shutting down", signal=signal.Signals(signum).name)
-            if server.should_exit:
-                # A second signal: no more grace.
-                server.force_exit = True
-                server.cut_off()
-            server.should_exit = True
+async def _exit_on_signal(
+    server: _Server, service: GatewayService, guard: http_limits.ConnectionGuard
+) -> None:
+    """The first signal drains: /readyz turns 503 and answers close their
+    connections for `drain_delay`, while requests are still served, so that
+    a balancer takes the replica out before it stops accepting (issue #13).
+    Then, or at a second signal, uvicorn stops accepting and calls get the
+    grace; a third cuts them off."""
+    delay = service.config.drain_delay
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if server.should_exit:
+                    # No more grace.
+                    log.info("signal received; cutting off what still runs", signal=name)
+                    server.force_exit = True
+                    server.cut_off()
+                elif service.draining or delay <= 0:
+                    log.info("signal received; shutting down", signal=name)
+                    service.draining = guard.draining = True
+                    server.should_exit = True
+                else:
+                    log.info("signal received; draining", signal=name, drain_delay=delay)
+                    service.draining = guard.draining = True
+                    tg.start_soon(_drain_then_exit, server, delay)
+
+
+async def _drain_then_exit(server: _Server, delay: float) -> None:
+    await anyio.sleep(delay)
+    if not server.should_exit:
+        log.info("drain delay over; shutting down")
+        server.should_exit = True
+
+
+async def _watch_upstream(service: GatewayService) -> None:
+    pool = service.pool
+    http = pool.http
+    watch = UpstreamWatch(
+        pool,
+        interval=service.config.health_interval,
+        reachable=None
+        if http is None
+        else lambda: http.reachable(min(REACHABLE_TIMEOUT, service.config.probe_timeout)),
+    )
+    await watch.run()
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
@@ -164,7 +203,8 @@ async def _serve(config: Config, sockets: list[socket.socket]) -> int:
         front.tg = root
         root.start_soon(service.start, root)
         root.start_soon(front.expire_idle_sessions)
-        root.start_soon(_exit_on_signal, server)
+        root.start_soon(_exit_on_signal, server, service, guard)
+        root.start_soon(_watch_upstream, service)
         log.info("listening", url=f"http://{config.listen}/mcp")
         await server.serve(sockets=sockets)
         for session in list(front.sessions.values()):

@@ -50,6 +50,8 @@ class GatewayService:
         self.server_requests = ServerRequestDesk(config, self.links, self.bridge)
         self.notifications = NotificationRouter(self.links, self.listens, self.server_requests)
         self._tg: anyio.abc.TaskGroup | None = None
+        # Shutting down (SIGTERM on the HTTP front): /readyz turns 503 first.
+        self.draining = False
 
     # -- client side -----------------------------------------------------
     async def handle_client_message(
@@ -212,6 +214,10 @@ class GatewayService:
             return Readiness(
                 False, awaiting_credentials=pool.awaiting_credentials, failure=pool.failure
             )
+        if self.draining:
+            return Readiness(False, era=pool.era_name, failure="draining", draining=True)
+        if pool.down is not None:
+            return Readiness(False, era=pool.era_name, failure=pool.down)
         legacy = pool.legacy_side
         return Readiness(
             True,
@@ -229,7 +235,7 @@ class GatewayService:
             rounds_to_modern_client=self.bridge.rounds,
             rounds_to_legacy_client=self.legacy_input.rounds,
             upstream_restarts=pool.restarts,
-            upstream_ready=pool.settled and pool.profile is not None,
+            upstream_ready=pool.up and pool.profile is not None,
         )
 
 

@@ -94,6 +94,16 @@ class UpstreamPool:
         # lived on it, e.g. resource subscriptions).
         self.on_session_lost: Callable[[UpstreamSession], Awaitable[None]] | None = None
         self.restarts = 0
+        # Why a settled upstream is down now (its server exited and nothing
+        # runs; an HTTP upstream stopped accepting connections), until it
+        # serves again. /readyz follows it (UpstreamWatch).
+        self.down: str | None = None
+        self.went_down = anyio.Event()
+
+    @property
+    def http(self) -> HttpConnector | None:
+        """The Streamable HTTP back's connector (None: a command)."""
+        return self._http
 
     @property
     def sessions(self) -> dict[SessionKey, UpstreamSession]:
@@ -148,8 +158,26 @@ class UpstreamPool:
         return self.settlement.profile is not None and self.readiness.first_done
 
     @property
+    def up(self) -> bool:
+        """Settled and not known to be down: what /readyz reports."""
+        return self.settled and self.down is None
+
+    @property
     def failure(self) -> str | None:
         return self.readiness.failure
+
+    def mark_down(self, reason: str) -> None:
+        if self.down is None:
+            log.warning("upstream down", reason=reason)
+        self.down = reason
+        self.went_down.set()
+
+    def mark_up(self) -> None:
+        if self.down is not None:
+            log.info("upstream up again")
+            self.down = None
+        if self.went_down.is_set():
+            self.went_down = anyio.Event()
 
     @property
     def awaiting_credentials(self) -> bool:
@@ -174,6 +202,37 @@ class UpstreamPool:
     async def ready(self, principal: str = "local", *, retry: bool = True) -> UpstreamProfile:
         """See Readiness.ready."""
         return await self.readiness.ready(self._open_first, principal, retry)
+
+    async def revive(self) -> None:
+        """Bring the upstream back without a client (UpstreamWatch): settle its
+        era if that never succeeded, else start the start-up session again
+        after its server exited (an HTTP upstream: see that it accepts
+        connections again). Each attempt waits out the backoff; UpstreamError
+        when it fails."""
+        await self.ready()
+        if self.down is None:
+            return
+        if self._http is not None:
+            if await self._http.reachable(self.config.probe_timeout):
+                self.mark_up()
+            return
+        async with self._lock:
+            if any(s.alive for s in self.sessions.values()):
+                self.mark_up()  # a client's request started it again meanwhile
+                return
+            key = self.key_for("local", {})
+            await self.readiness.backoff()
+            try:
+                with anyio.fail_after(self.config.startup_timeout):
+                    session = await self._open(key, first=False)
+            except (TimeoutError, UpstreamError) as exc:
+                why = describe(exc) if isinstance(exc, UpstreamError) else self.timeout_reason()
+                reason = await self.supervisor.with_last_words(why)
+                log.error("upstream did not start again", reason=reason)
+                self.mark_down(reason)
+                raise UpstreamUnavailable(reason) from None
+            if self.era is era.Era.LEGACY and not self._forward:
+                self.registry.unclaimed = session  # for the first client that fits
 
     def remember_credential(self, principal: str, credential: str) -> None:
         """The Authorization value to forward for `principal` (the HTTP front
@@ -308,6 +367,7 @@ class UpstreamPool:
         finally:
             self.supervisor.opening = []
         self.readiness.healthy()
+        self.mark_up()
         self.sessions[key] = session
         return session
 
@@ -331,6 +391,12 @@ class UpstreamPool:
             returncode=code,
             reason=session.closed_reason,
         )
+        if opened and not any(s.alive for s in self.sessions.values()):
+            self.mark_down(
+                f"the upstream exited (returncode {code})"
+                if code is not None
+                else "the upstream's connection ended"
+            )
         if self.on_session_lost is not None:
             await self.on_session_lost(session)
 
