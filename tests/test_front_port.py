@@ -42,6 +42,7 @@ class StandIn:
     config: Config = field(default_factory=lambda: Config(command=("x",), state_key="k" * 32))
     links: set[ClientLink] = field(default_factory=set)
     credentials: dict[str, str] = field(default_factory=dict)
+    replica: str = "stand-in"
 
     async def handle_client_message(
         self, link: ClientLink, msg: wire.Message, tg: TaskGroup, *, checked: bool = False

@@ -48,6 +48,13 @@ from gateway.core.request_state import Claims, Sealer
 from tests.playbook import Placeholder, Playbook, later, matching
 
 SEALER = Sealer(b"s" * 32, "gw")
+
+
+def state_data() -> dict[str, str]:
+    """A refused retry's `data`: the gateway's own error, with a reason."""
+    return {"source": wire.GATEWAY_SOURCE, "reason": matching("^[a-z-]+$")}
+
+
 TTL = 60.0
 WIND = 1.0
 RT = 30.0  # request_timeout
@@ -177,7 +184,9 @@ def test_a_parked_call_is_continued_by_its_retry() -> None:
     assert (
         playbook
         >> retry(3, state, {"input-1": accept("Ada")})
-        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("gone")))
+        << ReplyToClient(
+            wire.error_response(3, wire.INVALID_PARAMS, matching("gone"), state_data())
+        )
     )
 
 
@@ -263,13 +272,15 @@ def test_bad_retries_are_rejected_and_leave_the_call_parked() -> None:
     for cmd in repark:
         playbook << cmd
     playbook << ReplyToClient(
-        wire.error_response(2, wire.INVALID_PARAMS, matching("inputResponses.*action"))
+        wire.error_response(
+            2, wire.INVALID_PARAMS, matching("inputResponses.*action"), state_data()
+        )
     )
     playbook >> retry(3, state, ["not", "an", "object"]) << CancelTimer(Expiry(1))
     for cmd in repark:
         playbook << cmd
     playbook << ReplyToClient(
-        wire.error_response(3, wire.INVALID_PARAMS, matching("must be an object"))
+        wire.error_response(3, wire.INVALID_PARAMS, matching("must be an object"), state_data())
     )
     assert playbook
     assert (
@@ -283,7 +294,9 @@ def test_bad_retries_are_rejected_and_leave_the_call_parked() -> None:
     assert (
         playbook
         >> retry(5, state, {"input-1": accept("Di")})
-        << ReplyToClient(wire.error_response(5, wire.INVALID_PARAMS, matching("in progress")))
+        << ReplyToClient(
+            wire.error_response(5, wire.INVALID_PARAMS, matching("in progress"), state_data())
+        )
     )
 
 
@@ -312,7 +325,9 @@ def test_a_state_already_used_is_rejected() -> None:
         << CancelTimer(Expiry(1))
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 20.0 + TTL)
-        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("already used")))
+        << ReplyToClient(
+            wire.error_response(3, wire.INVALID_PARAMS, matching("already used"), state_data())
+        )
     )
 
 
@@ -336,7 +351,9 @@ def test_expiry_refuses_the_servers_requests_and_waits_before_cancelling() -> No
         << Wake(1)
         << CancelTimer(WindDown(1))
         >> retry(2, state, {"input-1": accept("Z")})
-        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("gone")))
+        << ReplyToClient(
+            wire.error_response(2, wire.INVALID_PARAMS, matching("gone"), state_data())
+        )
     )
     assert not t.calls and not t.parked
 
@@ -745,7 +762,9 @@ def test_log_lines_of_a_hold_round() -> None:
         << Log("retry rejected", fields={"why": matching("action")})
         << ReleaseSession(1)
         << StartTimer(Expiry(1), 20.0 + TTL)
-        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("action")))
+        << ReplyToClient(
+            wire.error_response(2, wire.INVALID_PARAMS, matching("action"), state_data())
+        )
     )
 
 
@@ -794,7 +813,9 @@ def test_forged_states_are_rejected_and_leave_the_call_parked() -> None:
             playbook
             >> event
             << ReplyToClient(
-                wire.error_response(event.client_id, wire.INVALID_PARAMS, matching(why))
+                wire.error_response(
+                    event.client_id, wire.INVALID_PARAMS, matching(why), state_data()
+                )
             )
         )
     assert playbook
@@ -843,9 +864,13 @@ def test_a_replay_state_is_honoured_once() -> None:
         >> presented(2, state, {key: accept("Ed")})
         << RerunCall(2, {key: accept("Ed")}, 1)
         >> presented(3, state, {key: accept("Ed")})
-        << ReplyToClient(wire.error_response(3, wire.INVALID_PARAMS, matching("already used")))
+        << ReplyToClient(
+            wire.error_response(3, wire.INVALID_PARAMS, matching("already used"), state_data())
+        )
         >> presented(4, state, {key: accept("Mallory")})
-        << ReplyToClient(wire.error_response(4, wire.INVALID_PARAMS, matching("already used")))
+        << ReplyToClient(
+            wire.error_response(4, wire.INVALID_PARAMS, matching("already used"), state_data())
+        )
     )
 
 
@@ -858,7 +883,9 @@ def test_a_refused_replay_retry_leaves_the_state_usable() -> None:
     assert (
         playbook
         >> presented(2, state, [])
-        << ReplyToClient(wire.error_response(2, wire.INVALID_PARAMS, matching("object")))
+        << ReplyToClient(
+            wire.error_response(2, wire.INVALID_PARAMS, matching("object"), state_data())
+        )
         >> presented(3, state, {key: accept("Ed")})
         << RerunCall(3, {key: accept("Ed")}, 1)
     )
@@ -920,7 +947,9 @@ def test_a_url_required_resend_state_is_honoured_once_and_only_when_accepted() -
         >> presented(3, state, accepted)
         << RerunCall(3, None, 0)
         >> presented(4, state, accepted)
-        << ReplyToClient(wire.error_response(4, wire.INVALID_PARAMS, matching("already used")))
+        << ReplyToClient(
+            wire.error_response(4, wire.INVALID_PARAMS, matching("already used"), state_data())
+        )
     )
 
 

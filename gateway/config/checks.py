@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # RFC 9110 §5.1 field-name token; a field value without CR, LF or NUL.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_INSTANCE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _HEADER_VALUE = re.compile(r"[^\r\n\x00]*")
 
 
@@ -103,6 +104,15 @@ def check(cfg: Config) -> None:
         if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
             raise ConfigError(f"[upstream] headers: {name!r} is not a valid HTTP header")
     _check_http(cfg)
+    if cfg.http_affinity_cookie and not _HEADER_NAME.fullmatch(cfg.http_affinity_cookie):
+        raise ConfigError(
+            f"[http] affinity_cookie {cfg.http_affinity_cookie!r} is not a cookie name"
+        )
+    if cfg.instance_id is not None and not _INSTANCE.fullmatch(cfg.instance_id):
+        # It names the replica in a cookie and in requestState.
+        raise ConfigError(
+            f"[mrtr] instance_id {cfg.instance_id!r} must be 1-64 letters, digits, '.', '_' or '-'"
+        )
     for scope in [cfg.default_cache_scope, *cfg.cache_scope.values()]:
         if scope not in ("public", "private"):
             raise ConfigError(f"cache scope must be public or private, not {scope!r}")

@@ -96,6 +96,9 @@ class Config:
     # Send the client's own Authorization header upstream (HTTP front and back
     # only); upstream sessions are then keyed by that credential.
     http_forward_authorization: bool = False
+    # The cookie that names this replica on `input_required` answers, for a
+    # balancer to send the retry of a held call back here ("": none).
+    http_affinity_cookie: str = "mcp_era_gateway_replica"
     # Logging
     log_level: str = "info"
     log_format: str = "console"  # console | json

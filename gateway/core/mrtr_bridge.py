@@ -245,18 +245,24 @@ class HeldCall:
     def check_retry(self, claims: Claims, input_responses: object) -> None:
         """StateRejected if `accept_retry` would reject this retry; changes nothing."""
         if claims.round <= self.consumed:
-            raise StateRejected("requestState was already used; send the latest one")
+            raise StateRejected(
+                "requestState was already used; send the latest one", reason="state-used"
+            )
         if claims.round != self.round:
-            raise StateRejected("requestState is not the latest for this request")
+            raise StateRejected(
+                "requestState is not the latest for this request", reason="state-stale"
+            )
         if input_responses is None:
             return
         if not isinstance(input_responses, dict):
-            raise StateRejected("inputResponses must be an object")
+            raise StateRejected("inputResponses must be an object", reason="input-responses")
         for key, ask in self.asks.items():
             if key in input_responses:
                 problem = response_problem(ask.method, input_responses[key])
                 if problem is not None:
-                    raise StateRejected(f"inputResponses[{key!r}] {problem}")
+                    raise StateRejected(
+                        f"inputResponses[{key!r}] {problem}", reason="input-responses"
+                    )
 
     def accept_retry(self, claims: Claims, input_responses: object) -> RetryOutcome:
         """Match a verified retry to the pending asks.
@@ -267,13 +273,17 @@ class HeldCall:
         ask again for what is missing, ignore what was not asked).
         """
         if claims.round <= self.consumed:
-            raise StateRejected("requestState was already used; send the latest one")
+            raise StateRejected(
+                "requestState was already used; send the latest one", reason="state-used"
+            )
         if claims.round != self.round:
-            raise StateRejected("requestState is not the latest for this request")
+            raise StateRejected(
+                "requestState is not the latest for this request", reason="state-stale"
+            )
         if input_responses is None:
             input_responses = {}
         if not isinstance(input_responses, dict):
-            raise StateRejected("inputResponses must be an object")
+            raise StateRejected("inputResponses must be an object", reason="input-responses")
         outcome = RetryOutcome()
         for key, ask in self.asks.items():
             if key not in input_responses:
@@ -281,7 +291,7 @@ class HeldCall:
                 continue
             problem = response_problem(ask.method, input_responses[key])
             if problem is not None:
-                raise StateRejected(f"inputResponses[{key!r}] {problem}")
+                raise StateRejected(f"inputResponses[{key!r}] {problem}", reason="input-responses")
             outcome.answers.append((ask, input_responses[key]))
         self.consumed = claims.round
         for ask, _ in outcome.answers:
@@ -306,7 +316,7 @@ def merge_replay_answers(claims: Claims, input_responses: object) -> dict[str, A
     if input_responses is None:
         input_responses = {}
     if not isinstance(input_responses, dict):
-        raise StateRejected("inputResponses must be an object")
+        raise StateRejected("inputResponses must be an object", reason="input-responses")
     merged = dict(claims.answers)
     merged.update({k: v for k, v in input_responses.items() if k.startswith(REPLAY_PREFIX)})
     return merged

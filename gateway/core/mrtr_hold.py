@@ -321,7 +321,7 @@ class HoldTable:
                 *cmds,
                 Log("retry rejected", fields={"why": str(exc)}),
                 *self.book.park(hold, event.now),  # the call stays parked for a correct retry
-                ReplyToClient(replies.invalid(event.client_id, str(exc))),
+                ReplyToClient(replies.invalid(event.client_id, exc)),
             ]
         hold.retry = (event.claims, event.input_responses)
         if hold.finished:

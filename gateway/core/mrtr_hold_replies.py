@@ -8,13 +8,15 @@ from typing import Any
 from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_shapes
-from gateway.core.request_state import Claims, Sealer
+from gateway.core.request_state import Claims, Sealer, StateRejected
 
 # -- to the client ----------------------------------------------------------------
 
 
-def invalid(client_id: wire.RequestId, why: str) -> wire.Message:
-    return wire.error_response(client_id, wire.INVALID_PARAMS, f"Invalid params: {why}")
+def invalid(client_id: wire.RequestId, exc: StateRejected) -> wire.Message:
+    return wire.gateway_error(
+        client_id, wire.INVALID_PARAMS, f"Invalid params: {exc}", reason=exc.reason
+    )
 
 
 def state_gone(client_id: wire.RequestId) -> wire.Message:
@@ -22,11 +24,12 @@ def state_gone(client_id: wire.RequestId) -> wire.Message:
         "the call this requestState continues is gone "
         "(finished, expired, or parked on another gateway instance)"
     )
-    return invalid(client_id, why)
+    return invalid(client_id, StateRejected(why, reason="state-gone"))
 
 
 def retry_in_progress(client_id: wire.RequestId) -> wire.Message:
-    return invalid(client_id, "a retry of this request is already in progress")
+    why = "a retry of this request is already in progress"
+    return invalid(client_id, StateRejected(why, reason="retry-in-progress"))
 
 
 def parked_limit(client_id: wire.RequestId, limit: int) -> wire.Message:

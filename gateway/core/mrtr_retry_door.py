@@ -45,7 +45,7 @@ def admit(
         try:
             answers = core.merge_replay_answers(claims, retry.input_responses)
         except StateRejected as exc:
-            return [ReplyToClient(replies.invalid(retry.client_id, str(exc)))]
+            return [ReplyToClient(replies.invalid(retry.client_id, exc))]
         return _rerun(retry, claims, spent, answers)
     return RetryArrived(retry.client_id, claims, retry.input_responses, retry.now)
 
@@ -74,5 +74,5 @@ def _rerun(
 def _rejected(client_id: wire.RequestId, exc: StateRejected) -> list[Command]:
     return [
         Log("retry rejected", fields={"why": str(exc)}),
-        ReplyToClient(replies.invalid(client_id, str(exc))),
+        ReplyToClient(replies.invalid(client_id, exc)),
     ]

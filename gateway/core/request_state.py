@@ -27,7 +27,12 @@ _NOT_SALIENT = ("_meta", *mrtr_shapes.RETRY_PARAMS)
 
 
 class StateRejected(Exception):
-    """The retry's requestState cannot be honoured; the message says why."""
+    """The retry's requestState cannot be honoured; the message says why,
+    `reason` names the case for the client's program (`data.reason`)."""
+
+    def __init__(self, message: str, reason: str = "request-state-rejected") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +137,10 @@ class Sealer:
             raise StateRejected("requestState is malformed") from None
         if claims.instance != self.instance:
             raise StateRejected(
-                "requestState was issued by another gateway instance; retry on the instance "
-                "that issued it, or start the request afresh"
+                f"requestState was issued by another gateway instance ({claims.instance!r}; "
+                f"this is {self.instance!r}); retry on the instance that issued it, or start "
+                "the request afresh",
+                reason="other-instance",
             )
         if claims.expires_ms <= now_ms:
             raise StateRejected("requestState has expired; start the request afresh")

@@ -12,6 +12,7 @@ import orjson
 
 from gateway import wire
 from gateway.core import http_binding
+from gateway.core.mrtr_shapes import is_input_required
 from gateway.fronts.asgi import Receive, Scope, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_output import Inbox
 from gateway.fronts.port import Readiness
@@ -172,6 +173,7 @@ async def answer_request(
     *,
     forward_authorization: bool,
     first: wire.Message | None = None,
+    affinity: tuple[bytes, bytes] | None = None,
 ) -> wire.Message | None:
     """Answer one request from its stream (`first`: its first message, when
     the caller has it already): JSON when the reply is all there is, an SSE
@@ -197,11 +199,17 @@ async def answer_request(
             status, challenge = refusal
             if challenge is not None:
                 extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
+        if affinity is not None and is_input_required(first.get("result")):
+            extra.append(affinity)
         answer.state = "json"
         await respond(send, status, first, extra)
         answer.state = "done"
         return first
     extra = extra_headers(first) if extra_headers else []
+    if affinity is not None:
+        # Its outcome is not known yet: if it asks for input, the retry must
+        # come back here.
+        extra.append(affinity)
     await send(sse_start(*extra))
     answer.state = "sse"
     msg = first

@@ -17,7 +17,9 @@ from anyio.abc import TaskGroup
 
 from gateway import wire
 from gateway.client_link import ClientLink
+from gateway.config import Config
 from gateway.core import http_binding
+from gateway.core.mrtr_shapes import is_input_required
 from gateway.fronts.asgi import ClientGone, Receive, Send, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import Answer, answer_request, is_reply_to, respond
@@ -92,6 +94,10 @@ class HttpCalls:
         self._firsts: set[Inbox] = set()
         self._cut_off = False
         self.clock = LazyClock()
+        # Held MRTR calls live on this replica: a client that keeps cookies
+        # brings this one back with its retry, and a balancer that routes on
+        # it (deploy/haproxy) sends the retry here (issue #13).
+        self.affinity = affinity_header(config, service.replica)
         self.streams = LegacyStreams(
             retry=config.http_sse_retry,
             poll_after=config.http_sse_poll_after,
@@ -185,6 +191,7 @@ class HttpCalls:
                 call.extra_headers,
                 answer,
                 forward_authorization=self._forward_authorization,
+                affinity=self.affinity if call.modern else None,
                 first=first,
             )
 
@@ -234,7 +241,10 @@ class HttpCalls:
         ):
             return None
         status = http_binding.status_for(reply) if call.modern else 200
-        return WholeAnswer(status, JSON_HEADERS, orjson.dumps(reply))
+        headers: tuple[tuple[bytes, bytes], ...] = JSON_HEADERS
+        if self.affinity is not None and is_input_required(reply.get("result")):
+            headers = (*JSON_HEADERS, self.affinity)
+        return WholeAnswer(status, headers, orjson.dumps(reply))
 
     @property
     def cut_off_now(self) -> bool:
@@ -277,3 +287,15 @@ class HttpCalls:
             wait.cancel()
         for inbox in list(self._firsts):
             inbox.interrupt()
+
+
+def affinity_header(config: Config, replica: str) -> tuple[bytes, bytes] | None:
+    """The Set-Cookie that names this replica (None: `[http] affinity_cookie`
+    is empty). It lasts as long as a held call waits for its retry."""
+    name = config.http_affinity_cookie
+    if not name:
+        return None
+    cookie = (
+        f"{name}={replica}; Path=/; Max-Age={math.ceil(config.state_ttl)}; HttpOnly; SameSite=Lax"
+    )
+    return (b"set-cookie", cookie.encode("latin-1"))

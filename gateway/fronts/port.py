@@ -55,6 +55,11 @@ class GatewayPort(Protocol):
     config: Config
     links: set[ClientLink]
 
+    @property
+    def replica(self) -> str:
+        """This gateway's name among replicas (`[mrtr] instance_id`, else random)."""
+        ...
+
     async def handle_client_message(
         self, link: ClientLink, msg: wire.Message, tg: TaskGroup, *, checked: bool = False
     ) -> None: ...

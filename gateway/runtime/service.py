@@ -208,6 +208,10 @@ class GatewayService:
     def path_for(self, legacy_client: bool) -> str:
         return self.pool.path_for(legacy_client)
 
+    @property
+    def replica(self) -> str:
+        return self.bridge.sealer.instance
+
     def readiness(self) -> Readiness:
         pool, profile = self.pool, self.pool.profile
         if not pool.settled or profile is None:

@@ -21,6 +21,7 @@ from gateway.upstream_errors import UpstreamError
 # is really made (UpstreamPool.revive waits it out).
 DOWN_TICK = 1.0
 
+
 class UpstreamWatch:
     def __init__(
         self,
