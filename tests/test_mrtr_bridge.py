@@ -190,7 +190,9 @@ async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
         before = len(seen)
         state = first["result"]["requestState"]
         tampered = state[:-3] + ("AAA" if not state.endswith("AAA") else "BBB")
-        other = Sealer(b"k" * 32, "gw-2").seal(Claims("gw-2", "local", "tools/call", "x", 1, 2**62))
+        other = Sealer(b"k" * 32, "gw-2").seal(
+            Claims("gw-2", "local", "tools/call", "x", 1, 2**62, handle="h")
+        )
         cases = [
             (tampered, {"input-1": accept("x")}, "verification"),
             (other, {"input-1": accept("x")}, "another gateway instance"),

@@ -799,7 +799,9 @@ def test_forged_states_are_rejected_and_leave_the_call_parked() -> None:
     the wiring)."""
     t = table()
     playbook, state = parked(t, ASK_NAME)
-    other = Sealer(b"s" * 32, "gw-2").seal(Claims("gw-2", "p", "tools/call", "d", 1, 2**62))
+    other = Sealer(b"s" * 32, "gw-2").seal(
+        Claims("gw-2", "p", "tools/call", "d", 1, 2**62, handle="h")
+    )
     answer = {"input-1": accept("x")}
     cases: list[tuple[RetryPresented, str]] = [
         (presented(10, later(lambda: tampered(state())), answer), "verification"),

@@ -169,3 +169,13 @@ def test_a_rerun_state_without_a_nonce_is_refused(nonce: object) -> None:
 def test_the_nonce_survives_sealing() -> None:
     token = Sealer(KEY, "gw-a").seal(REPLAY)
     assert open_(token) == REPLAY
+
+
+def test_a_state_that_reruns_the_call_opens_on_any_instance() -> None:
+    """Issue #13: "with a shared state key, `replay_tools` work whichever
+    replica gets the retry". Only a parked call's state (it has a handle) is
+    bound to the instance holding the call; a replay or re-send state is not."""
+    replay = replace(CLAIMS, instance="gw-b", handle=None)
+    assert open_(Sealer(KEY, "gw-b").seal(replay)).instance == "gw-b"
+    resend = replace(CLAIMS, instance="gw-b", handle=None, resend=True)
+    assert open_(Sealer(KEY, "gw-b").seal(resend)).resend

@@ -135,7 +135,9 @@ class Sealer:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise StateRejected("requestState is malformed") from None
-        if claims.instance != self.instance:
+        # Only a parked call lives on one instance; a state that re-runs the
+        # call (replay mode, a re-send) is good on any replica with the key.
+        if claims.handle is not None and claims.instance != self.instance:
             raise StateRejected(
                 f"requestState was issued by another gateway instance ({claims.instance!r}; "
                 f"this is {self.instance!r}); retry on the instance that issued it, or start "
