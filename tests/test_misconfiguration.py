@@ -99,6 +99,9 @@ def assert_refused(result: subprocess.CompletedProcess[str], *words: str) -> str
             ["[upstream] roots", "[mrtr] static_roots", "one setting"],
         ),
         ('[mrtr]\nstate_key = "short"\n', ["state_key"]),
+        ('[mrtr]\nstate_key = ["%s", "short"]\n' % ("k" * 32), ["state_key", "key 2 of 2"]),
+        ("[mrtr]\nstate_key = []\n", ["state_key", "non-empty list"]),
+        ("[mrtr]\nstate_key = [1]\n", ["[mrtr] state_key", "list of strings"]),
         ('[upstream]\ncwd = "/does/not/exist"\n', ["cwd", "/does/not/exist"]),
         ("[cache]\nttl_ms = { 'tools/list' = -1 }\n", ["ttl_ms"]),
         ('[gateway]\nlisten = "https://127.0.0.1:8080"\n', ["listen", "TLS"]),
@@ -219,6 +222,17 @@ def test_a_port_in_use_is_one_line_and_exit_2(
 def test_listen_takes_host_port_or_the_endpoint_url(given: str, canonical: str) -> None:
     """Issue: "`--listen http://127.0.0.1:8080`": the URL form is accepted."""
     assert config_mod.Config().with_overrides(listen=given).listen == canonical
+
+
+def test_state_key_takes_one_key_or_a_list(tmp_path: Path) -> None:
+    """Issue #13: "several keys, the first seals and all open": `[mrtr]
+    state_key` is one string or a list of strings, the sealing key first."""
+    path = tmp_path / "gw.toml"
+    path.write_text(f'[mrtr]\nstate_key = ["{"n" * 16}", "{"o" * 16}"]\n')
+    assert config_mod.load(path).state_keys() == ("n" * 16, "o" * 16)
+    path.write_text(f'[mrtr]\nstate_key = "{"n" * 16}"\n')
+    assert config_mod.load(path).state_keys() == ("n" * 16,)
+    assert config_mod.Config().state_keys() == ()
 
 
 def test_log_level_is_case_insensitive(tmp_path: Path) -> None:

@@ -92,8 +92,7 @@ def check(cfg: Config) -> None:
             "and an HTTP upstream (--upstream URL)"
         )
     _check_bounds(cfg)
-    if cfg.state_key is not None and len(cfg.state_key.encode()) < 16:
-        raise ConfigError("state_key must be at least 16 bytes")
+    _check_state_keys(cfg)
     for root in cfg.static_roots:
         check_root(root, keys.where("static_roots"))
     for key in ("name", "version"):
@@ -170,6 +169,17 @@ def _check_bounds(cfg: Config) -> None:
     ):
         if ttl < 0:
             raise ConfigError(f"the ttl_ms of {name} must not be negative")
+
+
+def _check_state_keys(cfg: Config) -> None:
+    # The keys are secrets: an error says which one, never what it is.
+    listed = cfg.state_keys()
+    if cfg.state_key is not None and not listed:
+        raise ConfigError("state_key must be a key or a non-empty list of keys")
+    for i, key in enumerate(listed, 1):
+        if len(key.encode()) < 16:
+            which = "" if isinstance(cfg.state_key, str) else f" (key {i} of {len(listed)})"
+            raise ConfigError(f"state_key must be at least 16 bytes{which}")
 
 
 def _check_http(cfg: Config) -> None:

@@ -58,6 +58,12 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         if name == "command" and not value:
             raise ConfigError(f"{where} must not be empty")
         return tuple(value)
+    if name == "state_key":
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a string or a list of strings")
+        return tuple(value)
     if name == "static_roots":
         if not isinstance(value, list):
             raise ConfigError(f"{where} must be a list of paths or tables (uri, name)")
