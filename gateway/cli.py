@@ -15,8 +15,8 @@ from typing import Any, NoReturn
 import anyio
 import structlog
 
+from gateway import build_info, log_setup
 from gateway import config as config_mod
-from gateway import log_setup
 from gateway.config import environment, layers
 
 PROG = "mcp-era-gateway"
@@ -43,6 +43,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         description="Let every generation of MCP client talk to every generation of MCP server.",
         epilog="Everything after -- is the upstream server command (overrides [upstream] command).",
     )
+    p.add_argument("--version", action="version", version=f"{PROG} {build_info.version()}")
     p.add_argument("--config", metavar="PATH", help="TOML config file (see config.example.toml)")
     p.add_argument("--listen", help="where clients connect: stdio (default) or HOST:PORT (HTTP)")
     p.add_argument(
