@@ -41,7 +41,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         usage=USAGE,
         description="Let every generation of MCP client talk to every generation of MCP server.",
-        epilog="Everything after -- is the upstream server command (overrides [upstream] command).",
+        epilog="Everything after -- is the upstream server command (overrides [upstream] command). "
+        "Every config key can also be set as MCP_ERA_GATEWAY_<TABLE>_<KEY>; options win over "
+        "the environment, which wins over the file.",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {build_info.version()}")
     p.add_argument("--config", metavar="PATH", help="TOML config file (see config.example.toml)")
