@@ -37,7 +37,7 @@ OTHER_VARIABLES: frozenset[str] = frozenset()
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_SCALARS = frozenset({"bool", "int", "float", "str", "str | None"})
+_SCALARS = frozenset({"bool", "int", "float", "str"})
 
 
 def variable(table: str, key: str) -> str:
@@ -76,7 +76,8 @@ def _unknown(var: str) -> str:
 
 
 def _value(name: str, text: str, var: str) -> Any:
-    kind = str(TYPES[name])
+    # An optional setting is given or not: unset is its absence.
+    kind = str(TYPES[name]).removesuffix(" | None")
     if name == "state_key":
         return coerce(name, _json(text, var) if text.lstrip().startswith("[") else text, var)
     if kind not in _SCALARS:
