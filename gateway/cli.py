@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import os
 import shutil
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
 import structlog
 
+from gateway import build_info, log_setup
 from gateway import config as config_mod
-from gateway import log_setup
+from gateway.config import environment, layers
 
 PROG = "mcp-era-gateway"
-STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
 # Exit status for a configuration the gateway cannot run with (as argparse's).
 EXIT_CONFIG = 2
 
@@ -42,8 +41,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         usage=USAGE,
         description="Let every generation of MCP client talk to every generation of MCP server.",
-        epilog="Everything after -- is the upstream server command (overrides [upstream] command).",
+        epilog="Everything after -- is the upstream server command (overrides [upstream] command). "
+        "Every config key can also be set as MCP_ERA_GATEWAY_<TABLE>_<KEY>; options win over "
+        "the environment, which wins over the file.",
     )
+    p.add_argument("--version", action="version", version=f"{PROG} {build_info.version()}")
     p.add_argument("--config", metavar="PATH", help="TOML config file (see config.example.toml)")
     p.add_argument("--listen", help="where clients connect: stdio (default) or HOST:PORT (HTTP)")
     p.add_argument(
@@ -114,33 +116,47 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return args, []
 
 
-def _build_config(ns: argparse.Namespace, command: list[str]) -> config_mod.Config:
-    base = config_mod.load(ns.config)
-    env_key = os.environ.get(STATE_KEY_ENV)
-    if base.state_key is None and env_key is not None:
-        if len(env_key.encode()) < 16:
-            raise config_mod.ConfigError(
-                f"{STATE_KEY_ENV} must be at least 16 bytes (it has {len(env_key.encode())})"
-            )
-        base = dataclasses.replace(base, state_key=env_key)
-    overrides: dict[str, Any] = {
-        "listen": ns.listen,
-        "upstream_era": ns.upstream_era,
-        "log_level": ns.log_level,
-        "log_format": ns.log_format,
-        "max_sessions": ns.max_sessions,
-        "max_processes": ns.max_processes,
-        "startup_timeout": ns.startup_timeout,
-        "request_timeout": ns.request_timeout,
-        "probe_timeout": ns.probe_timeout,
-        "max_message_bytes": ns.max_message_bytes,
-        "command": tuple(command) if command else None,
-        "upstream_url": ns.upstream,
-        "static_roots": (
-            tuple(config_mod.root_from(r, "--root") for r in ns.root) if ns.root else None
-        ),
-    }
-    return base.with_overrides(**overrides)
+# Config field -> the option that sets it (`--` is the upstream command).
+_OPTIONS = {
+    "listen": "--listen",
+    "upstream_era": "--upstream-era",
+    "log_level": "--log-level",
+    "log_format": "--log-format",
+    "max_sessions": "--max-sessions",
+    "max_processes": "--max-processes",
+    "startup_timeout": "--startup-timeout",
+    "request_timeout": "--request-timeout",
+    "probe_timeout": "--probe-timeout",
+    "max_message_bytes": "--max-message-bytes",
+    "upstream_url": "--upstream",
+}
+
+
+def _merge(
+    ns: argparse.Namespace, command: list[str], environ: Mapping[str, str] | None = None
+) -> layers.Merged:
+    """The file, then the environment, then the command line: the later wins."""
+    options: dict[str, tuple[Any, str]] = {}
+    for name, option in _OPTIONS.items():
+        value = getattr(ns, option.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            options[name] = (value, option)
+    if command:
+        options["command"] = (tuple(command), "-- COMMAND")
+    if ns.root:
+        options["static_roots"] = (
+            tuple(config_mod.root_from(r, "--root") for r in ns.root),
+            "--root",
+        )
+    file_layer = config_mod.read(ns.config)
+    env_layer = environment.from_environ(os.environ if environ is None else environ)
+    return layers.merge(file_layer, env_layer, options)
+
+
+def _build_config(
+    ns: argparse.Namespace, command: list[str], environ: Mapping[str, str] | None = None
+) -> config_mod.Config:
+    return _merge(ns, command, environ).config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,7 +180,8 @@ def _main(argv: list[str]) -> int:
             break
     parser = _parser(PROG + (f" {sub}" if sub else ""))
     ns = parser.parse_args(opts)
-    cfg = _build_config(ns, command)
+    merged = _merge(ns, command)
+    cfg = merged.config
     if sub == "demo":
         from gateway.demo import run_demo
 
@@ -174,7 +191,10 @@ def _main(argv: list[str]) -> int:
         raise config_mod.ConfigError(
             "no upstream: give a command after --, or --upstream URL, or set them in the config"
         )
-    _check_upstream_command(cfg)
+    try:
+        _check_upstream_command(cfg)
+    except config_mod.ConfigError as exc:
+        raise merged.blame(exc) from None
     log_setup.configure(cfg.log_level, cfg.log_format)
     if sub == "probe":
         from gateway.probe_command import run_probe
@@ -211,7 +231,9 @@ def _check_upstream_command(cfg: config_mod.Config) -> None:
     """A working directory or a program that is not there is a configuration
     error, said at once, not an outage reported to every client."""
     if cfg.cwd is not None and not os.path.isdir(cfg.cwd):
-        raise config_mod.ConfigError(f"[upstream] cwd {cfg.cwd!r} is not a directory")
+        raise config_mod.ConfigError(
+            f"[upstream] cwd {cfg.cwd!r} is not a directory", settings=("cwd",)
+        )
     if not cfg.command:
         return
     program = cfg.command[0]
@@ -219,16 +241,20 @@ def _check_upstream_command(cfg: config_mod.Config) -> None:
         # exec resolves a relative path in the child's working directory.
         path = os.path.join(cfg.cwd or os.curdir, program)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise config_mod.ConfigError(f"upstream command {program!r} is not an executable file")
+            raise config_mod.ConfigError(
+                f"upstream command {program!r} is not an executable file", settings=("command",)
+            )
         return
     search = {**os.environ, **cfg.env}.get("PATH", os.defpath)
     if shutil.which(program, path=search) is None:
-        raise config_mod.ConfigError(f"upstream command {program!r} is not found on PATH")
+        raise config_mod.ConfigError(
+            f"upstream command {program!r} is not found on PATH", settings=("command",)
+        )
 
 
 def _log_format_asked(argv: list[str]) -> str:
-    """The log format asked for (--log-format, else the config file's), read
-    without trusting the rest of the configuration."""
+    """The log format asked for (--log-format, else the environment's, else
+    the config file's), read without trusting the rest of the configuration."""
     opts, _ = _split(argv)
     config_path = None
     for i, token in enumerate(opts):
@@ -239,6 +265,9 @@ def _log_format_asked(argv: list[str]) -> str:
             return "json" if value == "json" else "console"
         if name == "--config":
             config_path = value
+    from_env = os.environ.get(environment.variable("gateway", "log_format"))
+    if from_env is not None:
+        return "json" if from_env.lower() == "json" else "console"
     if config_path is not None:
         try:
             raw = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))

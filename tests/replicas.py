@@ -56,7 +56,7 @@ class Replica:
         with self.log.open("ab") as log:
             self.process = await anyio.open_process(cmd, stdout=subprocess.DEVNULL, stderr=log)
 
-    async def stop(self, sig: int = signal.SIGTERM, within: float = 20) -> int:
+    async def stop(self, sig: signal.Signals = signal.SIGTERM, within: float = 20) -> int:
         """Signal it and wait until it exited; its exit code."""
         process = self.process
         assert process is not None

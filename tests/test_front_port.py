@@ -7,6 +7,7 @@ that is nothing but the protocol: /readyz and /metrics read its snapshots."""
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,11 +15,11 @@ import httpx
 import pytest
 from anyio.abc import TaskGroup
 
-from gateway import wire
+from gateway import build_info, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.fronts.http_front import HttpFront
-from gateway.fronts.metrics import Metrics
+from gateway.fronts.metrics import Metrics, build_info_lines
 from gateway.fronts.port import GatewayPort, GatewaySnapshot, Readiness
 from gateway.runtime.service import GatewayService
 
@@ -111,6 +112,25 @@ async def test_the_front_serves_metrics_from_the_port() -> None:
     response = await _get(StandIn(Readiness(True, era="modern")), "/metrics")
     assert response.status_code == 200
     assert "mcp_gateway_parked_calls 2" in response.text.splitlines()
+
+
+async def test_metrics_carry_the_build_info() -> None:
+    """Issue #13: "the version in /metrics (build info)": a gauge of 1 whose
+    labels are the gateway's version and Python's, in the style of the others."""
+    response = await _get(StandIn(Readiness(True, era="modern")), "/metrics")
+    lines = response.text.splitlines()
+    labels = f'version="{build_info.version()}",python="{platform.python_version()}"'
+    at = lines.index(f"mcp_gateway_build_info{{{labels}}} 1")
+    assert lines[at - 2].startswith("# HELP mcp_gateway_build_info ")
+    assert lines[at - 1] == "# TYPE mcp_gateway_build_info gauge"
+    assert 'version="0.1.0"' in labels
+
+
+def test_build_info_labels_are_escaped() -> None:
+    assert (
+        build_info_lines('1"x', "3.11")[2]
+        == 'mcp_gateway_build_info{version="1\\"x",python="3.11"} 1'
+    )
 
 
 @pytest.mark.parametrize(

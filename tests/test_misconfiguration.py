@@ -39,7 +39,7 @@ def run(
         path.write_text(toml)
         argv += ["--config", str(path)]
     argv += [*args, "--", *(command or NOTES)]
-    environ = {k: v for k, v in os.environ.items() if k != "MCP_ERA_GATEWAY_STATE_KEY"}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MCP_ERA_GATEWAY_")}
     return subprocess.run(
         argv,
         check=False,
@@ -99,6 +99,9 @@ def assert_refused(result: subprocess.CompletedProcess[str], *words: str) -> str
             ["[upstream] roots", "[mrtr] static_roots", "one setting"],
         ),
         ('[mrtr]\nstate_key = "short"\n', ["state_key"]),
+        ('[mrtr]\nstate_key = ["%s", "short"]\n' % ("k" * 32), ["state_key", "key 2 of 2"]),
+        ("[mrtr]\nstate_key = []\n", ["state_key", "non-empty list"]),
+        ("[mrtr]\nstate_key = [1]\n", ["[mrtr] state_key", "list of strings"]),
         ('[upstream]\ncwd = "/does/not/exist"\n', ["cwd", "/does/not/exist"]),
         ("[cache]\nttl_ms = { 'tools/list' = -1 }\n", ["ttl_ms"]),
         ('[gateway]\nlisten = "https://127.0.0.1:8080"\n', ["listen", "TLS"]),
@@ -154,6 +157,31 @@ def test_a_short_state_key_in_the_environment_is_refused(tmp_path: Path) -> None
     """Issue: "a too-short MCP_ERA_GATEWAY_STATE_KEY" ended in a traceback."""
     result = run(tmp_path, env={"MCP_ERA_GATEWAY_STATE_KEY": "short"})
     assert_refused(result, "MCP_ERA_GATEWAY_STATE_KEY", "16 bytes")
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"MCP_ERA_GATEWAY_HTTP_MAX_SESION": "5"}, ["MCP_ERA_GATEWAY_HTTP_MAX_SESION", "unknown"]),
+        ({"MCP_ERA_GATEWAY_UPSTREAM_REQUEST_TIMEOUT": "-1"}, ["request_timeout", "given by"]),
+        (
+            {"MCP_ERA_GATEWAY_UPSTREAM_CWD": "/does/not/exist"},
+            ["cwd", "MCP_ERA_GATEWAY_UPSTREAM_CWD"],
+        ),
+    ],
+)
+def test_a_bad_environment_variable_is_one_line_and_exit_2(
+    tmp_path: Path, env: dict[str, str], words: list[str]
+) -> None:
+    """Issue #13: every setting from the environment; a bad or misspelt
+    variable is refused as a bad key in the file is, and named."""
+    assert_refused(run(tmp_path, env=env), *words)
+
+
+def test_the_log_format_from_the_environment_makes_the_one_line_json(tmp_path: Path) -> None:
+    env = {"MCP_ERA_GATEWAY_GATEWAY_LOG_FORMAT": "json", "MCP_ERA_GATEWAY_HTTP_MAX_SESSIONS": "0"}
+    event = json.loads(assert_refused(run(tmp_path, env=env)))
+    assert "MCP_ERA_GATEWAY_HTTP_MAX_SESSIONS" in event["error"]
 
 
 @pytest.mark.parametrize(
@@ -221,6 +249,17 @@ def test_listen_takes_host_port_or_the_endpoint_url(given: str, canonical: str) 
     assert config_mod.Config().with_overrides(listen=given).listen == canonical
 
 
+def test_state_key_takes_one_key_or_a_list(tmp_path: Path) -> None:
+    """Issue #13: "several keys, the first seals and all open": `[mrtr]
+    state_key` is one string or a list of strings, the sealing key first."""
+    path = tmp_path / "gw.toml"
+    path.write_text(f'[mrtr]\nstate_key = ["{"n" * 16}", "{"o" * 16}"]\n')
+    assert config_mod.load(path).state_keys() == ("n" * 16, "o" * 16)
+    path.write_text(f'[mrtr]\nstate_key = "{"n" * 16}"\n')
+    assert config_mod.load(path).state_keys() == ("n" * 16,)
+    assert config_mod.Config().state_keys() == ()
+
+
 def test_log_level_is_case_insensitive(tmp_path: Path) -> None:
     """Issue: `log_level = "WARNING"` in TOML: accepted, as warning."""
     path = tmp_path / "gw.toml"
@@ -257,6 +296,40 @@ def test_an_upper_case_log_level_in_toml_runs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout.splitlines()[0])["result"]["tools"]
+
+
+def test_the_upstream_command_from_the_environment_serves() -> None:
+    """Issue #13: "Every config key also from the environment (...), the
+    form containers use": a container gives its upstream and settings so,
+    with no file and no options."""
+    line = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/list",
+            "params": {
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+            },
+        }
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MCP_ERA_GATEWAY_")}
+    environ["MCP_ERA_GATEWAY_UPSTREAM_COMMAND"] = json.dumps(NOTES)
+    environ["MCP_ERA_GATEWAY_GATEWAY_LOG_LEVEL"] = "WARNING"
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway"],
+        check=False,
+        input=line + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=environ,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[0])["result"]["tools"]
 
 

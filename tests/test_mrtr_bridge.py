@@ -11,7 +11,7 @@ import pytest
 from gateway import era, wire
 from gateway.client_link import ClientLink
 from gateway.core.mrtr_hold_events import Expiry, OutcomeDue, WindDown
-from gateway.core.request_state import Claims, Sealer
+from gateway.core.request_state import Claims, Sealer, params_digest
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server, modern_server
 
 pytestmark = pytest.mark.anyio
@@ -208,6 +208,31 @@ async def test_bad_retries_are_rejected_and_leave_the_call_intact() -> None:
         assert len(seen) == before  # nothing upstream was touched
         final = await retry(c, first, {"input-1": accept("Di")}, msg_id=30)
         assert final["result"]["content"][0]["text"] == "Hello, Di"
+
+
+async def test_a_gateway_rolling_its_key_seals_with_the_first_and_opens_with_any() -> None:
+    """Issue #13: "State-key rotation without downtime: several keys, the
+    first seals and all open". The wiring of `[mrtr] state_key = [new, old]`:
+    the state the gateway issues is sealed with the new key, and the same
+    claims sealed with the old key (as a replica not yet rolled issues them)
+    continue the parked call."""
+    new, old = "n" * 32, "o" * 32
+    async with gateway(
+        legacy_server({"tools/call": ask_name}), state_key=(new, old), instance_id="gw-1"
+    ) as c:
+        first = await start(c, "ask_name")
+        state = first["result"]["requestState"]
+        claims = Sealer(new.encode(), "gw-1").open(
+            state,
+            principal="local",
+            method="tools/call",
+            digest=params_digest({"name": "ask_name", "arguments": {}}),
+            now_ms=0,
+        )
+        by_old_key = Sealer(old.encode(), "gw-1").seal(claims)
+        assert by_old_key != state
+        final = await retry(c, first, {"input-1": accept("Ro")}, msg_id=2, state=by_old_key)
+    assert final["result"]["content"][0]["text"] == "Hello, Ro"
 
 
 async def test_state_of_another_principal_is_rejected() -> None:

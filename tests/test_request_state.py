@@ -179,3 +179,73 @@ def test_a_state_that_reruns_the_call_opens_on_any_instance() -> None:
     assert open_(Sealer(KEY, "gw-b").seal(replay)).instance == "gw-b"
     resend = replace(CLAIMS, instance="gw-b", handle=None, resend=True)
     assert open_(Sealer(KEY, "gw-b").seal(resend)).resend
+
+
+# -- key rotation (issue #13: "several keys, the first seals and all open") -------------
+
+KEY_A = b"a" * 32
+KEY_B = b"b" * 32
+
+
+def open_with(keys: list[bytes], token: str) -> Claims:
+    return Sealer(keys, "gw-a").open(
+        token, principal="alice", method="tools/call", digest=CLAIMS.digest, now_ms=5_000
+    )
+
+
+def test_a_state_sealed_with_the_old_key_opens_once_the_new_key_is_first() -> None:
+    """Issue #13: "State-key rotation without downtime: several keys, the
+    first seals and all open, so replicas can roll to a new key one by one"."""
+    sealed_by_a = Sealer(KEY_A, "gw-a").seal(CLAIMS)
+    assert open_with([KEY_B, KEY_A], sealed_by_a) == CLAIMS
+
+
+def test_the_first_listed_key_seals() -> None:
+    """Issue #13: "the first seals": [B, A] seals with B, which B alone opens
+    and A alone does not."""
+    token = Sealer([KEY_B, KEY_A], "gw-a").seal(CLAIMS)
+    assert open_with([KEY_B], token) == CLAIMS
+    with pytest.raises(StateRejected, match="failed verification"):
+        open_with([KEY_A], token)
+
+
+def test_a_state_sealed_with_a_dropped_key_is_refused() -> None:
+    """Once the old key is dropped, what it sealed fails as any other key's."""
+    sealed_by_a = Sealer(KEY_A, "gw-a").seal(CLAIMS)
+    with pytest.raises(StateRejected, match=r"failed verification \(tampered or another key\)"):
+        open_with([KEY_B], sealed_by_a)
+
+
+def test_a_forged_mac_is_refused_by_every_listed_key() -> None:
+    """2026-07-28 MRTR "Server Requirements" 5: more keys open more tokens
+    only by their own MACs; a forged one still fails."""
+    token = Sealer(KEY_A, "gw-a").seal(CLAIMS)
+    head, _, mac = token.rpartition(".")
+    forged = f"{head}.{'A' if mac[0] != 'A' else 'B'}{mac[1:]}"
+    with pytest.raises(StateRejected, match="failed verification"):
+        open_with([KEY_B, KEY_A], forged)
+    body = replace(CLAIMS, principal="mallory")
+    other = Sealer(b"m" * 32, "gw-a").seal(body)
+    with pytest.raises(StateRejected, match="failed verification"):
+        open_with([KEY_B, KEY_A], other)
+
+
+@pytest.mark.parametrize("keys", [[], [KEY_A, b"short"]])
+def test_an_empty_or_short_key_list_is_refused(keys: list[bytes]) -> None:
+    with pytest.raises(ValueError):
+        Sealer(keys, "gw")
+
+
+KEYS = st.lists(st.binary(min_size=16, max_size=48), min_size=1, max_size=4)
+
+
+@given(KEYS, KEYS, st.integers(min_value=0))
+def test_a_state_opens_on_any_list_holding_its_sealing_key(
+    sealing: list[bytes], others: list[bytes], where: int
+) -> None:
+    """Property (issue #13): seal-then-open round-trips on any key list that
+    contains the key that sealed, wherever it stands in the list."""
+    token = Sealer(sealing, "gw-a").seal(CLAIMS)
+    opening = list(others)
+    opening.insert(where % (len(opening) + 1), sealing[0])
+    assert open_with(opening, token) == CLAIMS

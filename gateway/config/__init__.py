@@ -1,11 +1,12 @@
-"""Gateway settings: TOML file, then command-line overrides (the CLI wins).
+"""Gateway settings: the TOML file, the environment, the command line (the later wins).
 
 `settings` holds the Config dataclass, `checks` what makes a setting valid,
-`keys` where each lives in the file, `toml_file` the reading."""
+`keys` where each lives in the file, `toml_file` and `environment` the
+reading, `layers` the merging."""
 
 from gateway.config.checks import LOG_LEVELS, ConfigError, normalize_listen
 from gateway.config.settings import DEFAULT_CLIENT_INFO, Config
-from gateway.config.toml_file import load, root_from
+from gateway.config.toml_file import load, read, root_from
 
 __all__ = [
     "DEFAULT_CLIENT_INFO",
@@ -14,5 +15,6 @@ __all__ = [
     "ConfigError",
     "load",
     "normalize_listen",
+    "read",
     "root_from",
 ]

@@ -24,22 +24,33 @@ _HEADER_VALUE = re.compile(r"[^\r\n\x00]*")
 
 
 class ConfigError(Exception):
-    """A setting the gateway cannot run with; the message names it."""
+    """A setting the gateway cannot run with; the message names it.
+
+    `settings`: the Config fields at fault, so that the layer that gave them
+    (the environment, the command line) can be named as well
+    (`config.layers`)."""
+
+    def __init__(self, message: str, *, settings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.settings = settings
+
+
+_URL = ("upstream_url",)
 
 
 def _check_upstream_url(url: str) -> None:
     """http(s)://HOST[:PORT][/path], the authority as strict as a Host header."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in ("http", "https"):
-        raise ConfigError(f"upstream url must be http:// or https://, not {url!r}")
+        raise ConfigError(f"upstream url must be http:// or https://, not {url!r}", settings=_URL)
     if any(c.isspace() for c in url) or "#" in url:
-        raise ConfigError(f"upstream url {url!r} has whitespace or a fragment")
+        raise ConfigError(f"upstream url {url!r} has whitespace or a fragment", settings=_URL)
     netloc = rest.split("/", 1)[0].split("?", 1)[0]
     try:
         authority.parse_host(netloc)
     except authority.BadAuthority as exc:
         hint = " (send credentials with [upstream] headers)" if "@" in netloc else ""
-        raise ConfigError(f"upstream url {url!r}: bad host: {exc}{hint}") from None
+        raise ConfigError(f"upstream url {url!r}: bad host: {exc}{hint}", settings=_URL) from None
 
 
 def normalize_listen(value: str) -> str:
@@ -65,7 +76,8 @@ def normalize_listen(value: str) -> str:
             raise authority.BadAuthority("a port is required")
     except authority.BadAuthority as exc:
         raise ConfigError(
-            f"listen must be 'stdio' or HOST:PORT (e.g. 127.0.0.1:8080), not {value!r}: {exc}"
+            f"listen must be 'stdio' or HOST:PORT (e.g. 127.0.0.1:8080), not {value!r}: {exc}",
+            settings=("listen",),
         ) from None
     host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
     return f"{host}:{parsed.port}"
@@ -74,52 +86,72 @@ def normalize_listen(value: str) -> str:
 def check(cfg: Config) -> None:
     """ConfigError naming the first setting the gateway cannot run with."""
     if cfg.upstream_era not in ("auto", "modern", "legacy"):
-        raise ConfigError(f"upstream_era must be auto, modern or legacy, not {cfg.upstream_era!r}")
+        raise ConfigError(
+            f"upstream_era must be auto, modern or legacy, not {cfg.upstream_era!r}",
+            settings=("upstream_era",),
+        )
     if cfg.log_level not in LOG_LEVELS:
         raise ConfigError(
-            f"log_level must be one of {', '.join(LOG_LEVELS)}, not {cfg.log_level!r}"
+            f"log_level must be one of {', '.join(LOG_LEVELS)}, not {cfg.log_level!r}",
+            settings=("log_level",),
         )
     if cfg.log_format not in ("console", "json"):
-        raise ConfigError(f"log_format must be console or json, not {cfg.log_format!r}")
+        raise ConfigError(
+            f"log_format must be console or json, not {cfg.log_format!r}", settings=("log_format",)
+        )
     normalize_listen(cfg.listen)
     url = cfg.upstream_url
     if url is not None:
         _check_upstream_url(url)
     if url is not None and cfg.command:
-        raise ConfigError("give the upstream as a command or as a url, not both")
+        raise ConfigError(
+            "give the upstream as a command or as a url, not both",
+            settings=("command", "upstream_url"),
+        )
     if cfg.http_forward_authorization and (url is None or cfg.listen == "stdio"):
         raise ConfigError(
             "forward_authorization needs an HTTP front (--listen HOST:PORT) "
-            "and an HTTP upstream (--upstream URL)"
+            "and an HTTP upstream (--upstream URL)",
+            settings=("http_forward_authorization", "listen", "upstream_url"),
         )
     _check_bounds(cfg)
-    if cfg.state_key is not None and len(cfg.state_key.encode()) < 16:
-        raise ConfigError("state_key must be at least 16 bytes")
+    _check_state_keys(cfg)
     for root in cfg.static_roots:
         check_root(root, keys.where("static_roots"))
     for key in ("name", "version"):
         if not isinstance(cfg.client_info.get(key), str):
-            raise ConfigError(f"[upstream] client_info needs a string {key}")
+            raise ConfigError(
+                f"[upstream] client_info needs a string {key}", settings=("client_info",)
+            )
     for name, value in cfg.upstream_headers.items():
         if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
-            raise ConfigError(f"[upstream] headers: {name!r} is not a valid HTTP header")
+            raise ConfigError(
+                f"[upstream] headers: {name!r} is not a valid HTTP header",
+                settings=("upstream_headers",),
+            )
     _check_http(cfg)
     if cfg.http_affinity_cookie and not _HEADER_NAME.fullmatch(cfg.http_affinity_cookie):
         raise ConfigError(
-            f"[http] affinity_cookie {cfg.http_affinity_cookie!r} is not a cookie name"
+            f"[http] affinity_cookie {cfg.http_affinity_cookie!r} is not a cookie name",
+            settings=("http_affinity_cookie",),
         )
     if cfg.instance_id is not None and not _INSTANCE.fullmatch(cfg.instance_id):
         # It names the replica in a cookie and in requestState.
         raise ConfigError(
-            f"[mrtr] instance_id {cfg.instance_id!r} must be 1-64 letters, digits, '.', '_' or '-'"
+            f"[mrtr] instance_id {cfg.instance_id!r} must be 1-64 letters, digits, '.', '_' or '-'",
+            settings=("instance_id",),
         )
     for scope in [cfg.default_cache_scope, *cfg.cache_scope.values()]:
         if scope not in ("public", "private"):
-            raise ConfigError(f"cache scope must be public or private, not {scope!r}")
+            raise ConfigError(
+                f"cache scope must be public or private, not {scope!r}",
+                settings=("default_cache_scope", "cache_scope"),
+            )
     for method in [*cfg.cache_ttl_ms, *cfg.cache_scope]:
         if method not in era.CACHEABLE:
             raise ConfigError(
-                f"{method!r} is not a cacheable method ({', '.join(sorted(era.CACHEABLE))})"
+                f"{method!r} is not a cacheable method ({', '.join(sorted(era.CACHEABLE))})",
+                settings=("cache_ttl_ms", "cache_scope"),
             )
 
 
@@ -147,16 +179,26 @@ def _check_bounds(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not math.isfinite(value) or value <= 0:
             raise ConfigError(
-                f"{keys.where(name)} must be a positive number of seconds, not {value}"
+                f"{keys.where(name)} must be a positive number of seconds, not {value}",
+                settings=(name,),
             )
     if not math.isfinite(cfg.input_batch_window) or cfg.input_batch_window < 0:
-        raise ConfigError("input_batch_window must be zero or a positive number of seconds")
+        raise ConfigError(
+            "input_batch_window must be zero or a positive number of seconds",
+            settings=("input_batch_window",),
+        )
     for name in ("http_sse_poll_after", "http_sse_retry", "drain_delay"):
         value = getattr(cfg, name)
         if not math.isfinite(value) or value < 0:
-            raise ConfigError(f"{keys.where(name)} must be zero or a positive number of seconds")
+            raise ConfigError(
+                f"{keys.where(name)} must be zero or a positive number of seconds",
+                settings=(name,),
+            )
     if cfg.restart_backoff_max < cfg.restart_backoff_initial:
-        raise ConfigError("restart_backoff_max must not be less than restart_backoff_initial")
+        raise ConfigError(
+            "restart_backoff_max must not be less than restart_backoff_initial",
+            settings=("restart_backoff_max", "restart_backoff_initial"),
+        )
     at_least_one = (
         "max_sessions",
         "max_processes",
@@ -169,18 +211,40 @@ def _check_bounds(cfg: Config) -> None:
     )
     for name in at_least_one:
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"{keys.where(name)} must be at least 1")
+            raise ConfigError(f"{keys.where(name)} must be at least 1", settings=(name,))
     if cfg.max_message_bytes < 1024:
-        raise ConfigError("max_message_bytes must be at least 1024")
+        raise ConfigError(
+            "max_message_bytes must be at least 1024", settings=("max_message_bytes",)
+        )
     if cfg.http_max_header_bytes < 1024:
-        raise ConfigError("[http] max_header_bytes must be at least 1024")
+        raise ConfigError(
+            "[http] max_header_bytes must be at least 1024", settings=("http_max_header_bytes",)
+        )
     for name, ttl in (
         ("default_ttl_ms", cfg.default_ttl_ms),
         ("notified_ttl_ms", cfg.notified_ttl_ms),
         *cfg.cache_ttl_ms.items(),
     ):
         if ttl < 0:
-            raise ConfigError(f"the ttl_ms of {name} must not be negative")
+            raise ConfigError(
+                f"the ttl_ms of {name} must not be negative",
+                settings=("default_ttl_ms", "notified_ttl_ms", "cache_ttl_ms"),
+            )
+
+
+def _check_state_keys(cfg: Config) -> None:
+    # The keys are secrets: an error says which one, never what it is.
+    listed = cfg.state_keys()
+    if cfg.state_key is not None and not listed:
+        raise ConfigError(
+            "state_key must be a key or a non-empty list of keys", settings=("state_key",)
+        )
+    for i, key in enumerate(listed, 1):
+        if len(key.encode()) < 16:
+            which = "" if isinstance(cfg.state_key, str) else f" (key {i} of {len(listed)})"
+            raise ConfigError(
+                f"state_key must be at least 16 bytes{which}", settings=("state_key",)
+            )
 
 
 def _check_http(cfg: Config) -> None:
@@ -188,25 +252,31 @@ def _check_http(cfg: Config) -> None:
         try:
             authority.parse_host_name(host)
         except authority.BadAuthority as exc:
-            raise ConfigError(f"[http] allowed_hosts: {host!r} is not a host name: {exc}") from None
+            raise ConfigError(
+                f"[http] allowed_hosts: {host!r} is not a host name: {exc}",
+                settings=("http_allowed_hosts",),
+            ) from None
     for origin in cfg.http_allowed_origins:
         try:
             authority.parse_origin(origin)
         except authority.BadAuthority as exc:
             raise ConfigError(
-                f"[http] allowed_origins: {origin!r} is not scheme://host[:port]: {exc}"
+                f"[http] allowed_origins: {origin!r} is not scheme://host[:port]: {exc}",
+                settings=("http_allowed_origins",),
             ) from None
     for table, tokens in (
         ("tokens", cfg.http_tokens),
         ("admin_tokens", cfg.http_admin_tokens),
     ):
+        setting = (keys.KEYS["http", table],)
         for name, token in tokens.items():
             if not isinstance(token, str) or not token.strip():
                 raise ConfigError(
-                    f"[http] {table}: the token of {name!r} must be a non-empty string"
+                    f"[http] {table}: the token of {name!r} must be a non-empty string",
+                    settings=setting,
                 )
         if len(set(tokens.values())) < len(tokens):
-            raise ConfigError(f"[http] {table}: two names share one token")
+            raise ConfigError(f"[http] {table}: two names share one token", settings=setting)
 
 
 _ROOT_KEYS = frozenset({"uri", "name", "_meta"})

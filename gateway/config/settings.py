@@ -59,7 +59,9 @@ class Config:
     notified_ttl_ms: int = 60_000
     default_cache_scope: str = "private"
     # MRTR bridge (DESIGN §5.1.6-5.1.8)
-    state_key: str | None = None  # HMAC key for requestState; random per process when unset
+    # HMAC keys for requestState, one or a list: the first seals, every one
+    # opens (rotation). Random per process when unset.
+    state_key: str | tuple[str, ...] | None = None
     instance_id: str | None = None  # names this replica in requestState; random when unset
     state_ttl: float = 300.0  # how long a parked call waits for the client's retry
     max_rounds: int = 8
@@ -112,6 +114,12 @@ class Config:
             ttl_ms=self.cache_ttl_ms.get(method, default),
             scope=self.cache_scope.get(method, self.default_cache_scope),
         )
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The requestState keys, the sealing one first; none when unset."""
+        if self.state_key is None:
+            return ()
+        return (self.state_key,) if isinstance(self.state_key, str) else self.state_key
 
     def with_overrides(self, **overrides: Any) -> Config:
         cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,6 +1,7 @@
 """Reading the TOML file: each `[table] key` to its setting, its value
 checked for type (and coerced: a list to a tuple, an integer to a float
-where a number of seconds is meant), then the whole checked as one."""
+where a number of seconds is meant), then the whole checked as one. The
+environment's values go through the same `coerce` (config/environment.py)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,27 @@ from gateway.config.checks import ConfigError, check_root
 from gateway.config.keys import KEYS
 from gateway.config.settings import Config
 
-_TYPES = {f.name: f.type for f in fields(Config)}
+TYPES = {f.name: f.type for f in fields(Config)}
 
 
 def load(path: str | Path | None) -> Config:
+    """The file's settings over the defaults, checked as one."""
+    values = {name: value for name, (value, _) in read(path).items()}
+    cfg = Config(**values).normalized()
+    cfg.check()
+    return cfg
+
+
+def read(path: str | Path | None) -> dict[str, tuple[Any, str]]:
+    """Each setting the file gives: Config field -> (value, its `[table] key`),
+    each value of the right type but not yet checked with the others."""
     if path is None:
-        return Config()
+        return {}
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
-    values: dict[str, Any] = {}
-    given: dict[str, str] = {}  # setting -> the key that gave it
+    given: dict[str, tuple[Any, str]] = {}
     for table, body in raw.items():
         if not isinstance(body, dict):
             raise ConfigError(f"top-level key {table!r} must be a table")
@@ -33,17 +43,16 @@ def load(path: str | Path | None) -> Config:
             if name is None:
                 raise ConfigError(f"unknown config key [{table}] {key}")
             where = f"[{table}] {key}"
-            if name in values:
-                raise ConfigError(f"{where} and {given[name]} are one setting: give one of them")
-            given[name] = where
-            values[name] = _coerce(name, value, where)
-    cfg = Config(**values).normalized()
-    cfg.check()
-    return cfg
+            if name in given:
+                raise ConfigError(f"{where} and {given[name][1]} are one setting: give one of them")
+            given[name] = (coerce(name, value, where), where)
+    return given
 
 
-def _coerce(name: str, value: Any, where: str) -> Any:
-    kind = str(_TYPES[name])
+def coerce(name: str, value: Any, where: str) -> Any:
+    """`value` as the setting `name` holds it, from what TOML (or JSON) gives;
+    `where` names the setting in the error."""
+    kind = str(TYPES[name])
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false")
@@ -57,6 +66,12 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be a list of strings")
         if name == "command" and not value:
             raise ConfigError(f"{where} must not be empty")
+        return tuple(value)
+    if name == "state_key":
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a string or a list of strings")
         return tuple(value)
     if name == "static_roots":
         if not isinstance(value, list):

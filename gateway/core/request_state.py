@@ -14,6 +14,7 @@ import base64
 import hashlib
 import hmac
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,14 +79,26 @@ def _unb64(text: str) -> bytes:
 
 
 class Sealer:
-    def __init__(self, key: bytes, instance: str) -> None:
-        if len(key) < 16:
-            raise ValueError("the requestState key must be at least 16 bytes")
-        self._key = key
+    """Seals with the first key and opens with any listed one, so that
+    replicas can roll to a new key one at a time (README "Configuration":
+    the new key is added second everywhere, then moved first, then the old
+    one dropped once every state it sealed has expired)."""
+
+    def __init__(self, keys: bytes | Sequence[bytes], instance: str) -> None:
+        listed = (keys,) if isinstance(keys, bytes) else tuple(keys)
+        if not listed:
+            raise ValueError("the requestState needs at least one key")
+        if any(len(key) < 16 for key in listed):
+            raise ValueError("each requestState key must be at least 16 bytes")
+        self._keys = listed
         self.instance = instance
 
-    def _mac(self, body: bytes) -> bytes:
-        return hmac.new(self._key, body, hashlib.sha256).digest()
+    def _mac(self, body: bytes, key: bytes) -> bytes:
+        return hmac.new(key, body, hashlib.sha256).digest()
+
+    def _verifies(self, body: bytes, mac: bytes) -> bool:
+        # Which key opened it is no secret; a MAC is compared in constant time.
+        return any(hmac.compare_digest(mac, self._mac(body, key)) for key in self._keys)
 
     def seal(self, claims: Claims) -> str:
         body = orjson.dumps(
@@ -102,7 +115,7 @@ class Sealer:
                 "n": claims.nonce,
             }
         )
-        return f"{FORMAT}.{_b64(body)}.{_b64(self._mac(body))}"
+        return f"{FORMAT}.{_b64(body)}.{_b64(self._mac(body, self._keys[0]))}"
 
     def open(
         self, token: object, *, principal: str, method: str, digest: str, now_ms: int
@@ -117,7 +130,7 @@ class Sealer:
             body, mac = _unb64(parts[1]), _unb64(parts[2])
         except (ValueError, TypeError):
             raise StateRejected("requestState is malformed") from None
-        if not hmac.compare_digest(mac, self._mac(body)):
+        if not self._verifies(body, mac):
             raise StateRejected("requestState failed verification (tampered or another key)")
         try:
             raw = orjson.loads(body)

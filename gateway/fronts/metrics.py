@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from gateway import era, wire
+from gateway import build_info, era, wire
 from gateway.client_link import ClientLink
 from gateway.core import mrtr_shapes
 from gateway.fronts.port import GatewaySnapshot
@@ -26,8 +26,20 @@ def label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def build_info_lines(version: str, python: str) -> list[str]:
+    """The build-info gauge: always 1, the facts in its labels, so that a
+    dashboard can tell which replicas run which version."""
+    labels = f'version="{label_value(version)}",python="{label_value(python)}"'
+    return [
+        "# HELP mcp_gateway_build_info The gateway's version and Python's; always 1.",
+        "# TYPE mcp_gateway_build_info gauge",
+        f"mcp_gateway_build_info{{{labels}}} 1",
+    ]
+
+
 class Metrics:
     def __init__(self, extra_methods: frozenset[str] = frozenset()) -> None:
+        self.build_info = build_info_lines(build_info.version(), build_info.python_version())
         # Method names counted by name: both revisions' methods, and the
         # vendor methods the operator lets through.
         self.known_methods = era.SPEC_METHODS | extra_methods
@@ -73,6 +85,7 @@ class Metrics:
     def render(self, gateway: GatewaySnapshot, client_sessions: int) -> str:
         """`client_sessions`: the legacy client sessions open on the front."""
         lines = [
+            *self.build_info,
             "# HELP mcp_gateway_requests_total Requests answered, by era path, method and outcome.",
             "# TYPE mcp_gateway_requests_total counter",
         ]

@@ -17,7 +17,6 @@ it waited for into the table's events.
 
 from __future__ import annotations
 
-import os
 import secrets
 from fnmatch import fnmatchcase
 from typing import Any
@@ -51,7 +50,7 @@ __all__ = ["HeldEntry", "MrtrBridge"]
 
 log = structlog.get_logger("gateway.mrtr")
 
-STATE_KEY_ENV = "MCP_ERA_GATEWAY_STATE_KEY"
+STATE_KEY_ENV = "MCP_ERA_GATEWAY_MRTR_STATE_KEY"
 
 
 class MrtrBridge:
@@ -59,15 +58,15 @@ class MrtrBridge:
 
     def __init__(self, config: Config, forward: ForwardFn, shape: ShapeFn) -> None:
         self.config = config
-        key = config.state_key or os.environ.get(STATE_KEY_ENV)
-        if key is None:
+        keys = config.state_keys()
+        if not keys:
             log.warning(
                 "no requestState key configured; using a random one for this process "
                 f"(set [mrtr] state_key or {STATE_KEY_ENV} to share it between replicas)"
             )
-            raw = secrets.token_bytes(32)
+            raw = [secrets.token_bytes(32)]
         else:
-            raw = key.encode()
+            raw = [key.encode() for key in keys]
         self.sealer = Sealer(raw, config.instance_id or secrets.token_hex(6))
         settings = HoldSettings(
             state_ttl=config.state_ttl,

@@ -27,7 +27,9 @@ GONE = "Session terminated"
 
 
 async def main(url: str, seconds: float, pause: float) -> dict[str, object]:
-    done, sessions, failures, ids = 0, 0, [], []
+    done, sessions = 0, 0
+    failures: list[str] = []
+    ids: list[str | None] = []
     end = anyio.current_time() + seconds
     while anyio.current_time() < end and len(failures) < 5:
         sessions += 1
