@@ -250,3 +250,55 @@ async def test_rolling_restart_under_load_fails_no_request(tmp_path: Path) -> No
     for report in legacy:
         assert report["failures"] == [], report
         assert report["calls"] > 100, report
+
+
+async def test_rotating_the_state_key_across_replicas_mid_load(tmp_path: Path) -> None:
+    """Issue #13: "Key rotation across replicas mid-load: no state rejected
+    that was sealed with a key still listed". MRTR interactions of a replay
+    tool run through HAProxy without cookies, so each retry lands on another
+    replica than its input_required came from, while the replicas roll, one
+    at a time, from key A to [A, B], then to [B, A] (README "Rotating the
+    state key"): at every moment some replicas seal with one key and others
+    open with the other."""
+    old, new = "old-key-" + "a" * 24, "new-key-" + "b" * 24
+    counts = {"interactions": 0, "ok": 0, "failed": 0}
+    failures: list[str] = []
+    stop = anyio.Event()
+
+    def config(keys: list[str]) -> str:
+        listed = ", ".join(f'"{k}"' for k in keys)
+        return CONFIG.replace(f'state_key = "{KEY}"', f"state_key = [{listed}]") + (
+            'replay_tools = ["ask"]\n'
+        )
+
+    async def interactions(lb: Cluster) -> None:
+        async with httpx.AsyncClient(base_url=lb.url, timeout=10) as client:
+            while not stop.is_set():  # ends when the keys have rolled
+                counts["interactions"] += 1
+                try:
+                    asked = await _ask(client)
+                    client.cookies.clear()
+                    done = await _retry(client, asked)
+                    ok = _said_hello(done)
+                    if not ok:
+                        failures.append(done.text)
+                except (httpx.HTTPError, KeyError, AssertionError) as exc:
+                    ok = False
+                    failures.append(repr(exc))
+                counts["ok" if ok else "failed"] += 1
+
+    async with cluster(tmp_path, FAST_STDIO, config([old])) as lb:
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(interactions, lb)
+                await anyio.sleep(0.5)
+                for keys in ([old, new], [new, old]):
+                    for replica in lb.replicas:
+                        replica.config.write_text(config(keys).replace("@INSTANCE@", replica.name))
+                        assert await lb.restart(replica) == 0
+                await anyio.sleep(0.5)
+                stop.set()
+    print(f"\nkey rotation: {counts}")
+    assert counts["failed"] == 0, failures[:3]
+    assert counts["ok"] > 50, counts
