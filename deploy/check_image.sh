@@ -101,7 +101,9 @@ health=$(podman image inspect -f '{{.HealthCheck.Test}}' "$IMAGE")
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log "podman run, published on 127.0.0.1:$port"
-podman run -d --name "$NAME" --read-only --cap-drop ALL \
+# --read-only-tmpfs=false: not even /tmp is writable, as under the examples'
+# readOnlyRootFilesystem with no volume mounted.
+podman run -d --name "$NAME" --read-only --read-only-tmpfs=false --cap-drop ALL \
     --security-opt no-new-privileges --user 10001:10001 \
     --no-healthcheck \
     -p "127.0.0.1:$port:8080" "$IMAGE" \
@@ -168,4 +170,4 @@ status=$(podman inspect -f '{{.State.ExitCode}}' "$NAME")
 log "SIGTERM: stopped in $((SECONDS - t0)) s, exit status $status"
 [[ $status == 0 ]] || die "exit status $status after SIGTERM"
 
-log "OK: $IMAGE built on $BASE_IMAGE and ran as 10001, read-only, no capabilities"
+log "OK: $IMAGE built on $BASE_IMAGE and ran as 10001, read-only (no /tmp either), no capabilities"
