@@ -8,7 +8,9 @@
 #      Kubernetes examples run it (read-only root, every capability dropped, no
 #      privilege escalation, a non-root UID) in front of the bundled example
 #      server: /healthz, /readyz, a modern tools/call translated to that legacy
-#      server, JSON log lines, the HEALTHCHECK, and SIGTERM ending it cleanly.
+#      server, JSON log lines, the HEALTHCHECK, and SIGTERM ending it cleanly;
+#   4. the sidecar pattern in a pod: the example served over HTTP on the pod's
+#      loopback, and the image with --upstream in front of it.
 #
 # Run as root on Debian (CI: a fresh machine); installs podman, runc and
 # debootstrap with apt when they are missing. Idempotent: the base image is
@@ -31,10 +33,14 @@ die() { log "FAILED: $*"; exit 1; }
 WORK="$(mktemp -d /tmp/mcp-era-gateway-image.XXXXXX)"
 cleanup() {
     local rc=$?
-    if [[ $rc -ne 0 ]] && podman container exists "$NAME" 2>/dev/null; then
-        log "the container's log:"; podman logs "$NAME" >&2 || true
+    if [[ $rc -ne 0 ]]; then
+        for c in "$NAME" "$NAME-server" "$NAME-gateway"; do
+            podman container exists "$c" 2>/dev/null || continue
+            log "$c's log:"; podman logs "$c" >&2 || true
+        done
     fi
     podman rm -f -t 0 "$NAME" >/dev/null 2>&1 || true
+    podman pod rm -f -t 0 "$NAME-pod" >/dev/null 2>&1 || true
     podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
     rm -rf "$WORK"
     exit $rc
@@ -99,17 +105,9 @@ user=$(podman image inspect -f '{{.Config.User}}' "$IMAGE")
 health=$(podman image inspect -f '{{.HealthCheck.Test}}' "$IMAGE")
 [[ $health == *healthz* ]] || die "the image has no HEALTHCHECK on /healthz: '$health'"
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-log "podman run, published on 127.0.0.1:$port"
-# --read-only-tmpfs=false: not even /tmp is writable, as under the examples'
-# readOnlyRootFilesystem with no volume mounted.
-podman run -d --name "$NAME" --read-only --read-only-tmpfs=false --cap-drop ALL \
-    --security-opt no-new-privileges --user 10001:10001 \
-    --no-healthcheck \
-    -p "127.0.0.1:$port:8080" "$IMAGE" \
-    -- python3 -m gateway.examples.notes_server >/dev/null
-
-python3 - "$port" <<'EOF' || die "the running image did not answer as it should"
+# A client: waits for /healthz and /readyz, then a modern tools/call that the
+# gateway translates to the legacy example server.
+cat > "$WORK/ask.py" <<'EOF'
 import json, sys, time, urllib.error, urllib.request
 
 base = f"http://127.0.0.1:{sys.argv[1]}"
@@ -146,6 +144,18 @@ if "result" not in reply or "mcp-era-gateway lets modern clients" not in text:
 print("tools/call search_notes through the image:", reply["result"].get("resultType"), file=sys.stderr)
 EOF
 
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+log "podman run, published on 127.0.0.1:$port"
+# --read-only-tmpfs=false: not even /tmp is writable, as under the examples'
+# readOnlyRootFilesystem with no volume mounted.
+podman run -d --name "$NAME" --read-only --read-only-tmpfs=false --cap-drop ALL \
+    --security-opt no-new-privileges --user 10001:10001 \
+    --no-healthcheck \
+    -p "127.0.0.1:$port:8080" "$IMAGE" \
+    -- python3 -m gateway.examples.notes_server >/dev/null
+
+python3 "$WORK/ask.py" "$port" || die "the running image did not answer as it should"
+
 # The image's HEALTHCHECK command, run as the engine would (podman runs it on
 # a systemd timer, and CI machines may have no systemd: --no-healthcheck above).
 health_cmd=$(podman image inspect -f '{{json .HealthCheck.Test}}' "$IMAGE" \
@@ -169,5 +179,29 @@ podman stop -t 30 "$NAME" >/dev/null
 status=$(podman inspect -f '{{.State.ExitCode}}' "$NAME")
 log "SIGTERM: stopped in $((SECONDS - t0)) s, exit status $status"
 [[ $status == 0 ]] || die "exit status $status after SIGTERM"
+
+# The sidecar pattern (deploy/kubernetes/sidecar.yaml) in a podman pod: a
+# server on the pod's loopback (here the image itself, serving the example
+# over HTTP on 127.0.0.1:8000) and the gateway with --upstream in front of it.
+# This runs the image's HTTP back, and a later --listen overriding the
+# entrypoint's.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+log "the sidecar pattern in a pod, published on 127.0.0.1:$port"
+podman pod create --name "$NAME-pod" -p "127.0.0.1:$port:8080" >/dev/null
+for role in server gateway; do
+    if [[ $role == server ]]; then
+        args=(--listen 127.0.0.1:8000 -- python3 -m gateway.examples.notes_server)
+    else
+        args=(--upstream http://127.0.0.1:8000/mcp)
+    fi
+    podman run -d --pod "$NAME-pod" --name "$NAME-$role" --read-only --read-only-tmpfs=false \
+        --cap-drop ALL --security-opt no-new-privileges --user 10001:10001 --no-healthcheck \
+        "$IMAGE" "${args[@]}" >/dev/null
+done
+python3 "$WORK/ask.py" "$port" || die "the gateway in the pod did not answer as it should"
+podman stop -t 30 "$NAME-gateway" >/dev/null
+status=$(podman inspect -f '{{.State.ExitCode}}' "$NAME-gateway")
+[[ $status == 0 ]] || die "the pod's gateway: exit status $status after SIGTERM"
+podman pod rm -f -t 0 "$NAME-pod" >/dev/null
 
 log "OK: $IMAGE built on $BASE_IMAGE and ran as 10001, read-only (no /tmp either), no capabilities"
