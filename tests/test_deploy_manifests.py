@@ -341,3 +341,31 @@ def test_ci_builds_and_runs_the_image() -> None:
     might skip."""
     ci = (REPO / ".ci" / "run").read_text()
     assert re.search(r"^bash deploy/check_image\.sh$", ci, re.MULTILINE)
+
+
+def test_the_gateway_accepts_every_setting_the_manifests_give() -> None:
+    """The manifests' environment read by the gateway's own reader and checked
+    with its arguments: a value of the wrong form (a list not in JSON, a key
+    too short) would stop the pod at start. Values from a Secret or the
+    downward API stand in as the forms they take (a pod name, a long key)."""
+    from gateway.config.environment import from_environ
+    from gateway.config.layers import merge
+
+    stand_ins = {
+        "MCP_ERA_GATEWAY_MRTR_INSTANCE_ID": "mcp-gateway-7d9f8b6c4-x2z9q",
+        "MCP_ERA_GATEWAY_MRTR_STATE_KEY": '["' + "k" * 32 + '"]',
+        "MCP_ERA_GATEWAY_HTTP_TOKENS": '{"platform": "' + "t" * 32 + '"}',
+    }
+    for where, _, container in gateways():
+        env = {
+            name: value if isinstance(value, str) else stand_ins[name]
+            for name, value in env_values(container).items()
+            if name.startswith(ENV_PREFIX)
+        }
+        given = from_environ(env)
+        args = {
+            "listen": ("0.0.0.0:8080", "--listen"),
+            "upstream_url": ("http://x/mcp", "--upstream"),
+        }
+        config = merge(given, args).config
+        assert config.drain_delay > 0, where
