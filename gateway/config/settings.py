@@ -90,6 +90,12 @@ class Config:
     # Send the client's own Authorization header upstream (HTTP front and back
     # only); upstream sessions are then keyed by that credential.
     http_forward_authorization: bool = False
+    # Traces (the `otel` extra; runtime/tracing.py). On when enabled or an
+    # endpoint is given; unset fields fall back to the standard OTEL_* variables.
+    tracing_enabled: bool = False
+    tracing_otlp_endpoint: str | None = None  # the OTLP/HTTP traces URL
+    tracing_service_name: str | None = None  # else OTEL_SERVICE_NAME, else mcp-era-gateway
+    tracing_sample_ratio: float = 1.0  # of new traces; a client's sampled flag is followed
     # Logging
     log_level: str = "info"
     log_format: str = "console"  # console | json
@@ -103,6 +109,11 @@ class Config:
             ttl_ms=self.cache_ttl_ms.get(method, default),
             scope=self.cache_scope.get(method, self.default_cache_scope),
         )
+
+    @property
+    def tracing(self) -> bool:
+        """Whether traces are configured (and the `otel` extra needed)."""
+        return self.tracing_enabled or self.tracing_otlp_endpoint is not None
 
     def with_overrides(self, **overrides: Any) -> Config:
         cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
