@@ -29,6 +29,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from gateway import cli, wire
 from gateway.config import Config, ConfigError, load
 from gateway.core import trace_context as tc
+from tests.inprocess import http_gateway
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
 from tests.test_mrtr_bridge import ELICIT, accept, ask_name, meta, mrtr_tool, send_and_wait
 
@@ -367,9 +368,9 @@ def test_configured_without_the_extra_is_one_clear_error(
 def test_install_names_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
     """The service name: `[tracing] service_name`, else OTEL_SERVICE_NAME,
     else mcp-era-gateway."""
-    from gateway.runtime import tracing
-
     from opentelemetry import trace
+
+    from gateway.runtime import tracing
 
     monkeypatch.setattr(trace, "set_tracer_provider", lambda provider: None)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
@@ -384,3 +385,44 @@ def test_install_names_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
     provider = tracing.install(Config(tracing_enabled=True))
     assert provider.resource.attributes["service.name"] == "mcp-era-gateway"
     provider.shutdown()
+
+
+async def test_over_the_http_front(traces: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    """The same spans and context for a modern client's POST and for a legacy
+    client's session (each answered through the HTTP front's own outputs; a
+    2025-06-18 session, whose answers are plain JSON)."""
+    provider, exporter = traces
+    seen = Recorder()
+    async with http_gateway(
+        legacy_server({"tools/call": echo}, log=seen), tracer_provider=provider
+    ) as gw:
+        reply = await gw.modern(
+            "tools/call", {"name": "echo", "_meta": {"traceparent": TRACEPARENT}}
+        )
+        assert reply.status_code == 200 and "result" in reply.json()
+        init = await gw.post(
+            wire.request(
+                1,
+                "initialize",
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            )
+        )
+        session = {"mcp-session-id": init.headers["mcp-session-id"]}
+        await gw.post(wire.notification("notifications/initialized"), session)
+        call = wire.request(
+            2, "tools/call", {"name": "echo", "_meta": {"traceparent": TRACEPARENT}}
+        )
+        legacy = await gw.post(call, {**session, "mcp-protocol-version": "2025-06-18"})
+        assert legacy.status_code == 200 and "result" in legacy.json()
+    servers = [s for s in of_kind(exporter, SpanKind.SERVER) if s.name == "tools/call echo"]
+    assert [dict(s.attributes or {})["mcp.era.client"] for s in servers] == ["modern", "legacy"]
+    upstream = sent_upstream(seen, "tools/call")
+    for server, meta_up in zip(servers, upstream, strict=True):
+        assert server.parent is not None and server.parent.span_id == PARENT_ID
+        assert dict(server.attributes or {})["mcp.outcome"] == "ok"
+        (call_span,) = children(exporter, server)
+        assert meta_up["traceparent"] == context_of(call_span)
