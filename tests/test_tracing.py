@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from structlog.testing import capture_logs
 
 from gateway import cli, wire
 from gateway.config import Config, ConfigError, load
@@ -426,3 +427,27 @@ async def test_over_the_http_front(traces: tuple[TracerProvider, InMemorySpanExp
         assert dict(server.attributes or {})["mcp.outcome"] == "ok"
         (call_span,) = children(exporter, server)
         assert meta_up["traceparent"] == context_of(call_span)
+
+
+def test_the_sdks_own_log_is_one_limited_line() -> None:
+    """A collector that is down makes the SDK log a line per retry from its
+    export thread: the operator sees one gateway line a minute with a count,
+    never a traceback or a flood."""
+    import logging
+
+    from gateway.runtime.tracing import SdkLog
+
+    handler = SdkLog()
+    record = logging.LogRecord(
+        "opentelemetry.exporter.otlp",
+        logging.WARNING,
+        __file__,
+        1,
+        "Transient error %s",
+        ("x",),
+        None,
+    )
+    with capture_logs() as logs:
+        for _ in range(100):
+            handler.emit(record)
+    assert [entry["detail"] for entry in logs] == ["Transient error x"]

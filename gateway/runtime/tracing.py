@@ -14,6 +14,7 @@ client or its link's end ends it as `cancelled`.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,6 +42,7 @@ from gateway import era, wire
 from gateway.client_link import CURRENT_REQUEST, MRTR_ROUND, ClientLink
 from gateway.config import Config
 from gateway.core import trace_context as tc
+from gateway.log_limit import limited
 from gateway.runtime.pending_calls import ReplyCallback
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
@@ -71,7 +73,26 @@ def install(config: Config) -> TracerProvider:
     provider = TracerProvider(resource=resource, sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(config.tracing_otlp_endpoint)))
     trace.set_tracer_provider(provider)
+    sdk_log = logging.getLogger("opentelemetry")
+    if not any(isinstance(h, SdkLog) for h in sdk_log.handlers):
+        sdk_log.addHandler(SdkLog())
+    sdk_log.propagate = False
     return provider
+
+
+class SdkLog(logging.Handler):
+    """The SDK's own log records in the gateway's log, one line a minute with
+    a count: a collector that is down makes its export thread log a line per
+    retry, with a traceback, in a format of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._limit = limited("gateway.tracing")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._limit.warning(
+            "traces: OpenTelemetry SDK problem", sdk=record.name, detail=record.getMessage()[:300]
+        )
 
 
 def _remote_parent(found: tc.ClientContext) -> Context:
