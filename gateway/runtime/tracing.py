@@ -137,13 +137,14 @@ class RequestSpan:
         # upstream without a reply, so the request's end ends its span.
         self.fast_call: Span | None = None
 
-    def finish(self, reply: wire.Message | None) -> None:
+    def finish(self, reply: wire.Message | None, round_: int = 0) -> None:
+        """End the span with `reply` (None: cancelled); `round_`: the MRTR
+        round the request was on, as its own task knows it."""
         span = self.span
         pool = self.tracing.pool
         if pool.settled:
             span.set_attribute("mcp.era.path", pool.path_for(self.legacy))
             span.set_attribute("mcp.era.upstream", pool.era_name or "")
-        round_ = MRTR_ROUND.get()
         if round_:
             span.set_attribute("mcp.mrtr.round", round_)
         if reply is None:
@@ -240,18 +241,21 @@ class _TracedOutput:
         self._send_nowait = link.send_nowait
         self.spans: dict[wire.RequestId, RequestSpan] = {}
 
-    def _replied(self, msg: wire.Message) -> None:
+    def _replied(self, msg: wire.Message, round_: int) -> None:
         if "method" not in msg and self.spans:
             span = self.spans.pop(msg.get("id"), None)  # type: ignore[arg-type]
             if span is not None:
-                span.finish(msg)
+                span.finish(msg, round_)
 
     async def send(self, msg: wire.Message) -> None:
-        self._replied(msg)
+        # A task's reply: the request's own task, whose context has its round.
+        self._replied(msg, MRTR_ROUND.get())
         await self._send(msg)
 
     def send_nowait(self, msg: wire.Message) -> None:
-        self._replied(msg)
+        # From the read loop or an upstream reader, whose context is no
+        # request's; an MRTR round is always answered by a task.
+        self._replied(msg, 0)
         self._send_nowait(msg)
 
 
