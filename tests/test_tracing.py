@@ -260,6 +260,36 @@ async def test_a_cancelled_request(traces: tuple[TracerProvider, InMemorySpanExp
     assert dict(call.attributes or {})["mcp.outcome"] == "cancelled"
 
 
+async def test_a_reused_id_leaves_the_span_of_the_call_that_has_it(
+    traces: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """JSON-RPC ids of requests in progress are unique; a client that reuses
+    one gets -32600 under that id, and that refusal must not end (as an
+    error) the span of the call still running under it."""
+    provider, exporter = traces
+    arrived, release = anyio.Event(), anyio.Event()
+
+    async def slow(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+        arrived.set()
+        await release.wait()
+        return {"content": []}
+
+    async with gateway(legacy_server({"tools/call": slow}), tracer_provider=provider) as c:
+        await c.call("tools/list", {})
+        call = wire.request(5, "tools/call", {"name": "slow", "_meta": meta({})})
+        await c.send(call)
+        with anyio.fail_after(5):
+            await arrived.wait()
+        await c.send(call)
+        refused = await c.next()
+        assert refused["id"] == 5 and refused["error"]["code"] == -32600
+        release.set()
+        answered = await c.next()
+        assert answered["id"] == 5 and "result" in answered
+    (server,) = [s for s in of_kind(exporter, SpanKind.SERVER) if s.name == "tools/call slow"]
+    assert dict(server.attributes or {})["mcp.outcome"] == "ok"
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -98,7 +98,11 @@ class GatewayService:
         refused past the link's limits (the answer queued on the link)."""
         inflight = link.inflight
         if msg["id"] in inflight or len(inflight) >= self.config.max_inflight_per_client:
-            link.send_nowait(self._over_limits(link, msg["id"]))
+            refusal = self._over_limits(link, msg["id"])
+            if self.tracing is None:
+                link.send_nowait(refusal)
+            else:  # a reused id's refusal must not end the span of the call that has it
+                self.tracing.send_untraced(link, refusal)
         else:
             traced = None if self.tracing is None else self.tracing.request(link, msg)
             self.calls.take(link, msg, tg, traced)

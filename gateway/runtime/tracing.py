@@ -252,6 +252,9 @@ class _TracedOutput:
         self._replied(msg, MRTR_ROUND.get())
         await self._send(msg)
 
+    def send_past_spans(self, msg: wire.Message) -> None:
+        self._send_nowait(msg)
+
     def send_nowait(self, msg: wire.Message) -> None:
         # From the read loop or an upstream reader, whose context is no
         # request's; an MRTR round is always answered by a task.
@@ -309,6 +312,12 @@ class RequestTracing:
         """`session.call`, traced as a child of the current request's span."""
         traced = self.current(link)
         return session.call if traced is None else traced.call(session)
+
+    def send_untraced(self, link: ClientLink, msg: wire.Message) -> None:
+        """Send `msg` ending no span: the refusal of a request whose id is
+        still in progress answers under that id."""
+        output = _output_of(link)
+        (link.send_nowait if output is None else output.send_past_spans)(msg)
 
     def cancelled(self, link: ClientLink, msg_id: wire.RequestId) -> None:
         output = _output_of(link)
