@@ -116,6 +116,24 @@ def with_trace_context(
     return out
 
 
+def http_headers(msg: wire.Message) -> dict[str, str]:
+    """The W3C `traceparent` and `tracestate` HTTP headers (W3C Trace Context
+    §3) for the context a request carries in `_meta`, if valid: what an HTTP
+    server's own instrumentation reads."""
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict):
+        return {}
+    traceparent = meta.get(TRACEPARENT)
+    if not isinstance(traceparent, str) or parse_traceparent(traceparent) is None:
+        return {}
+    headers = {TRACEPARENT: traceparent}
+    tracestate = valid_tracestate(meta.get(TRACESTATE))
+    if tracestate:
+        headers[TRACESTATE] = tracestate
+    return headers
+
+
 def request_attributes(msg: wire.Message) -> dict[str, str | bool]:
     """Span attributes of a client request: its method, the tool, prompt or
     resource it names, and whether it is an MRTR retry (it carries a
