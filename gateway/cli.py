@@ -182,6 +182,8 @@ def _main(argv: list[str]) -> int:
     ns = parser.parse_args(opts)
     merged = _merge(ns, command)
     cfg = merged.config
+    if cfg.tracing:
+        _start_tracing(cfg)
     if sub == "demo":
         from gateway.demo import run_demo
 
@@ -225,6 +227,20 @@ def _settle_memory() -> None:
     ~90 µs HTTP call (bench/)."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+
+
+def _start_tracing(cfg: config_mod.Config) -> None:
+    """Traces are configured: the `otel` extra must be there, said at once
+    as a configuration error rather than a traceback on the first request."""
+    try:
+        from gateway.runtime import tracing
+
+        tracing.install(cfg)
+    except ImportError as exc:
+        raise config_mod.ConfigError(
+            f"[tracing] is configured but OpenTelemetry is not installed ({exc.name or exc}): "
+            "pip install 'mcp-era-gateway[otel]'"
+        ) from None
 
 
 def _check_upstream_command(cfg: config_mod.Config) -> None:

@@ -20,6 +20,10 @@ _link_ids = itertools.count(1)
 # request (HTTP) use it to put a server request or notification on the stream
 # of the call it belongs to.
 CURRENT_REQUEST: ContextVar[wire.RequestId | None] = ContextVar("current_request", default=None)
+# The MRTR round the task's request is on (0: none), set by the bridges for
+# the spans of runtime/tracing.py: a contextvar, so nothing is passed along
+# for it and nothing is paid with tracing off.
+MRTR_ROUND: ContextVar[int] = ContextVar("mrtr_round", default=0)
 
 
 @dataclass(slots=True)

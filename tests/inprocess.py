@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -18,6 +18,9 @@ from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
 from tests.scripted import Behaviour, ScriptedServer, Upstream
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 V = era.NEWEST_MODERN
 ACCEPT = "application/json, text/event-stream"
@@ -60,7 +63,10 @@ def _dumps(value: object) -> bytes:
 
 
 @asynccontextmanager
-async def http_gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[HttpGateway]:
+async def http_gateway(
+    behaviour: Behaviour, tracer_provider: TracerProvider | None = None, **config: Any
+) -> AsyncIterator[HttpGateway]:
+    """`tracer_provider`: tracing on, its spans going there (tests/test_tracing.py)."""
     cfg = Config(
         command=("scripted",),
         **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
@@ -69,7 +75,7 @@ async def http_gateway(behaviour: Behaviour, **config: Any) -> AsyncIterator[Htt
     try:
         async with anyio.create_task_group() as tg:
             upstream = Upstream(behaviour, tg, spawned)
-            service = GatewayService(cfg, connect=upstream.connect)
+            service = GatewayService(cfg, connect=upstream.connect, tracer_provider=tracer_provider)
             front = HttpFront(service, Metrics())
             front.tg = tg
             await service.start(tg)

@@ -12,7 +12,7 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
@@ -27,6 +27,9 @@ from gateway.backs.stdio_back import ServerExited, ServerOutput
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.runtime.service import GatewayService
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 _pids = itertools.count(1000)
 Behaviour = Callable[["ScriptedServer"], Awaitable[None]]
@@ -468,9 +471,14 @@ def encoding_link(
 
 @asynccontextmanager
 async def gateway(
-    behaviour: Behaviour, *, encode: bool = False, **config: Any
+    behaviour: Behaviour,
+    *,
+    encode: bool = False,
+    tracer_provider: TracerProvider | None = None,
+    **config: Any,
 ) -> AsyncIterator[Client]:
-    """`encode=True`: the client's messages go through JSON (see encoding_link)."""
+    """`encode=True`: the client's messages go through JSON (see encoding_link).
+    `tracer_provider`: tracing on, its spans going there (tests/test_tracing.py)."""
     cfg = Config(
         command=("scripted",),
         **{"probe_timeout": 0.5, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
@@ -479,7 +487,7 @@ async def gateway(
     try:
         async with anyio.create_task_group() as tg:
             upstream = Upstream(behaviour, tg, spawned, max_bytes=cfg.max_message_bytes)
-            service = GatewayService(cfg, connect=upstream.connect)
+            service = GatewayService(cfg, connect=upstream.connect, tracer_provider=tracer_provider)
             send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
             link = encoding_link(send) if encode else ClientLink.over_stream(send, transport="test")
             service.links.add(link)

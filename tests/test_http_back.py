@@ -82,7 +82,18 @@ def modern(msg_id: wire.RequestId, method: str, **params: Any) -> wire.Message:
 
 @asynccontextmanager
 async def connection(url: str, **headers: str) -> AsyncIterator[HttpServerConnection]:
-    connector = HttpConnector(url, headers=headers, connect_timeout=2, read_timeout=2)
+    async with traced_connection(url, False, **headers) as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def traced_connection(
+    url: str, trace_headers: bool, **headers: str
+) -> AsyncIterator[HttpServerConnection]:
+    """`trace_headers`: as with tracing on (tests of issue #13's headers)."""
+    connector = HttpConnector(
+        url, headers=headers, connect_timeout=2, read_timeout=2, trace_headers=trace_headers
+    )
     conn = await connector.connect()
     async with anyio.create_task_group() as tg:
         # Running before the first request, as in the gateway: requests take
@@ -1061,3 +1072,34 @@ async def test_py1_on_deprecated_http_sse_through_the_gateway(peers: dict[str, s
         assert isinstance(connection, HttpServerConnection) and connection.sse_endpoint
     assert text_of(echo) == "old"
     assert text_of(final) == "Hello, Ada!"
+
+
+# -- trace context (issue #13) ------------------------------------------------------
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("tracing", [True, False])
+async def test_the_trace_context_also_goes_in_the_w3c_headers_when_tracing(tracing: bool) -> None:
+    """Issue #13: over the HTTP back the context also goes in the `traceparent`
+    (and `tracestate`) HTTP header (W3C Trace Context §3), for an HTTP
+    server's own instrumentation, on both eras' requests; a malformed one
+    never does. With tracing off nothing is added: the request goes as before."""
+    traced = {**META, "traceparent": TRACEPARENT, "tracestate": "rojo=1"}
+    behaviour = LegacyHttp()
+    async with serve(ModernHttp()) as server, traced_connection(server.url, tracing) as c:
+        msg = wire.request(1, "server/discover", {"_meta": traced})
+        reply_of(await exchange(c, msg))
+        junk = wire.request(2, "server/discover", {"_meta": {**META, "traceparent": "junk"}})
+        reply_of(await exchange(c, junk))
+    good, bad = server.posts("server/discover")
+    assert good.header("traceparent") == (TRACEPARENT if tracing else None)
+    assert good.header("tracestate") == ("rojo=1" if tracing else None)
+    assert bad.header("traceparent") is None
+    async with serve(behaviour) as server, traced_connection(server.url, tracing) as c:
+        await legacy_handshake(c)
+        call = wire.request(2, "tools/list", {"_meta": {"traceparent": TRACEPARENT}})
+        reply_of(await exchange(c, call))
+    (listed,) = server.posts("tools/list")
+    assert listed.header("traceparent") == (TRACEPARENT if tracing else None)
+    assert listed.header("mcp-session-id") is not None

@@ -192,7 +192,7 @@ async def test_task_path_failure_at_each_step_releases_everything(
     # More failures than max_inflight_per_client: a leaked slot would show.
     async with gateway(legacy_server({"tools/call": echo}), max_inflight_per_client=2) as c:
         session = await settle(c)
-        monkeypatch.setattr(c.service.calls, "_send_now", lambda link, msg: False)
+        monkeypatch.setattr(c.service.calls, "_send_now", lambda link, msg, traced: False)
         send = c.link.send
         STEPS[step](c.service, session)
         for msg_id in (20, 21, 22):

@@ -73,6 +73,7 @@ class HttpServerConnection:
         read_timeout: float,
         max_bytes: int,
         headers: Mapping[str, str] | None = None,
+        trace_headers: bool = False,
     ) -> None:
         # The ServerConnection protocol names connections by pid; ours is a number.
         self.pid = next(_ids)
@@ -83,6 +84,7 @@ class HttpServerConnection:
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             headers=headers,
+            trace_headers=trace_headers,
         )
         self._max_bytes = max_bytes
         # What waits out a resumption's or the GET stream's retry delay (tests observe it).

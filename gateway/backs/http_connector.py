@@ -30,6 +30,8 @@ class HttpSettings(Protocol):
     def request_timeout(self) -> float: ...
     @property
     def max_message_bytes(self) -> int: ...
+    @property
+    def tracing(self) -> bool: ...
 
 
 class HttpConnector:
@@ -43,8 +45,10 @@ class HttpConnector:
         connect_timeout: float = 10.0,
         read_timeout: float = 30.0,
         max_bytes: int = 4 * 1024 * 1024,
+        trace_headers: bool = False,
     ) -> None:
         self.url = url
+        self._trace_headers = trace_headers
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
@@ -64,6 +68,7 @@ class HttpConnector:
             connect_timeout=config.probe_timeout,
             read_timeout=config.request_timeout,
             max_bytes=config.max_message_bytes,
+            trace_headers=config.tracing,
         )
 
     async def connect(self, headers: Mapping[str, str] | None = None) -> HttpServerConnection:
@@ -80,6 +85,7 @@ class HttpConnector:
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
             max_bytes=self._max_bytes,
+            trace_headers=self._trace_headers,
         )
         log.info("upstream http connection", url=self.url, id=connection.pid)
         return connection

@@ -20,7 +20,7 @@ import structlog
 from gateway import era, wire
 from gateway.backs import http_wire
 from gateway.backs.http_client import HttpClient, HttpClientError, Timeout, describe
-from gateway.core import http_binding
+from gateway.core import http_binding, trace_context
 
 log = structlog.get_logger("gateway.backs.http")
 
@@ -54,9 +54,13 @@ class HttpSession:
         connect_timeout: float,
         read_timeout: float,
         headers: Mapping[str, str] | None = None,
+        trace_headers: bool = False,
     ) -> None:
+        """`trace_headers`: tracing is on; each request's trace context (in
+        its `_meta`) goes in the W3C headers too."""
         self.client = client
         self.url = url
+        self.trace_headers = trace_headers
         self.session_id: str | None = None
         self.legacy_version: str | None = None
         self.sse_endpoint: str | None = None  # set once on the deprecated HTTP+SSE transport
@@ -97,6 +101,8 @@ class HttpSession:
             headers["MCP-Protocol-Version"] = self.legacy_version
         elif self.session_id is None and era.is_modern(msg):
             headers.update(http_binding.modern_headers(msg, self.tools.by_name))
+        if self.trace_headers:
+            headers.update(trace_context.http_headers(msg))
         return headers
 
     def post_bytes(self, msg: wire.Message, body: bytes) -> bytes | None:
@@ -112,8 +118,12 @@ class HttpSession:
         head = cached[1]
         if head is None:
             return None
+        extra: dict[str, str] | None = None
         if self.session_id is None and self.legacy_version is None and era.is_modern(msg):
             extra = http_binding.modern_headers(msg, self.tools.by_name)
+        if self.trace_headers:
+            extra = {**(extra or {}), **trace_context.http_headers(msg)}
+        if extra:
             lines = [head]
             for name, value in extra.items():
                 if name in self._base or not _fits(name, value):

@@ -141,6 +141,7 @@ def check(cfg: Config) -> None:
             f"[mrtr] instance_id {cfg.instance_id!r} must be 1-64 letters, digits, '.', '_' or '-'",
             settings=("instance_id",),
         )
+    _check_tracing(cfg)
     for scope in [cfg.default_cache_scope, *cfg.cache_scope.values()]:
         if scope not in ("public", "private"):
             raise ConfigError(
@@ -277,6 +278,21 @@ def _check_http(cfg: Config) -> None:
                 )
         if len(set(tokens.values())) < len(tokens):
             raise ConfigError(f"[http] {table}: two names share one token", settings=setting)
+
+
+def _check_tracing(cfg: Config) -> None:
+    ratio = cfg.tracing_sample_ratio
+    if not math.isfinite(ratio) or not 0 <= ratio <= 1:
+        raise ConfigError(f"[tracing] sample_ratio must be between 0 and 1, not {ratio}")
+    url = cfg.tracing_otlp_endpoint
+    if url is not None:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest:
+            raise ConfigError(
+                f"[tracing] otlp_endpoint must be an http:// or https:// URL, not {url!r}"
+            )
+    if cfg.tracing_service_name is not None and not cfg.tracing_service_name.strip():
+        raise ConfigError("[tracing] service_name must not be empty")
 
 
 _ROOT_KEYS = frozenset({"uri", "name", "_meta"})

@@ -63,6 +63,10 @@ KEYS: dict[tuple[str, str], str] = {
     ("cache", "default_scope"): "default_cache_scope",
     ("cache", "ttl_ms"): "cache_ttl_ms",
     ("cache", "scope"): "cache_scope",
+    ("tracing", "enabled"): "tracing_enabled",
+    ("tracing", "otlp_endpoint"): "tracing_otlp_endpoint",
+    ("tracing", "service_name"): "tracing_service_name",
+    ("tracing", "sample_ratio"): "tracing_sample_ratio",
 }
 WHERE = {name: f"[{table}] {key}" for (table, key), name in reversed(KEYS.items())}
 

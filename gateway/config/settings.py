@@ -101,6 +101,13 @@ class Config:
     # The cookie that names this replica on `input_required` answers, for a
     # balancer to send the retry of a held call back here ("": none).
     http_affinity_cookie: str = "mcp_era_gateway_replica"
+
+    # Traces (the `otel` extra; runtime/tracing.py). On when enabled or an
+    # endpoint is given; unset fields fall back to the standard OTEL_* variables.
+    tracing_enabled: bool = False
+    tracing_otlp_endpoint: str | None = None  # the OTLP/HTTP traces URL
+    tracing_service_name: str | None = None  # else OTEL_SERVICE_NAME, else mcp-era-gateway
+    tracing_sample_ratio: float = 1.0  # of new traces; a client's sampled flag is followed
     # Logging
     log_level: str = "info"
     log_format: str = "console"  # console | json
@@ -120,6 +127,11 @@ class Config:
         if self.state_key is None:
             return ()
         return (self.state_key,) if isinstance(self.state_key, str) else self.state_key
+
+    @property
+    def tracing(self) -> bool:
+        """Whether traces are configured (and the `otel` extra needed)."""
+        return self.tracing_enabled or self.tracing_otlp_endpoint is not None
 
     def with_overrides(self, **overrides: Any) -> Config:
         cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})

@@ -13,6 +13,7 @@ runtime/session_calls.py.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -38,6 +39,9 @@ from gateway.upstream_errors import (
     UpstreamUnavailable,
 )
 
+if TYPE_CHECKING:
+    from gateway.runtime.tracing import RequestSpan, RequestTracing
+
 log = structlog.get_logger("gateway")
 
 Answer = Callable[[InflightCall], Awaitable[wire.Message | None]]
@@ -51,12 +55,13 @@ class ClientCalls:
         links: set[ClientLink],
         listens: Listens,
         session_listen: Callable[[ClientLink], SessionListen],
+        tracing: RequestTracing | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
         self.listens = listens
         self.session_listen = session_listen
-        self.on_session = on_session = SessionCalls(config, pool, links, listens)
+        self.on_session = on_session = SessionCalls(config, pool, links, listens, tracing)
         self.bridge = MrtrBridge(config, on_session.forward, on_session.shape)
         self.legacy_input = LegacyInputLoop(config, on_session.forward)
         self._discover_hint = config.cache_hint("server/discover")
@@ -66,10 +71,17 @@ class ClientCalls:
         self._tg = tg
         self.bridge.start(tg)
 
-    def take(self, link: ClientLink, msg: wire.Message, tg: anyio.abc.TaskGroup) -> None:
+    def take(
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        tg: anyio.abc.TaskGroup,
+        traced: RequestSpan | None = None,
+    ) -> None:
         """Serve a client request whose shape the front checked: at once when
-        nothing in it waits, else in a task of `tg` (the link's own group)."""
-        if self._send_now(link, msg):
+        nothing in it waits, else in a task of `tg` (the link's own group).
+        `traced`: its span, when tracing is on."""
+        if self._send_now(link, msg, traced):
             return
         call = InflightCall(anyio.CancelScope())
         link.inflight[msg["id"]] = call
@@ -102,7 +114,7 @@ class ClientCalls:
         return decision
 
     # -- at once ----------------------------------------------------------------
-    def _send_now(self, link: ClientLink, msg: wire.Message) -> bool:
+    def _send_now(self, link: ClientLink, msg: wire.Message, traced: RequestSpan | None) -> bool:
         """Send the request now if nothing in it waits; False leaves it to a task."""
         pool = self.pool
         legacy = _meets_legacy_side(link, msg)
@@ -164,8 +176,9 @@ class ClientCalls:
                 log.debug("client went away before its answer", id=msg_id)
 
         started = False
+        start = session.start_call if traced is None else traced.start_call(session)
         try:
-            upstream_id = session.start_call(
+            upstream_id = start(
                 decision.method,
                 params,
                 on_reply,

@@ -22,7 +22,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import wire
-from gateway.client_link import ClientLink
+from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_events as hold
@@ -193,6 +193,7 @@ class HeldCallRunner:
             reply = await self._execute(entry, cmds)
         else:
             entry.link = link
+            MRTR_ROUND.set(entry.call.round)  # for the retry's span (runtime/tracing.py)
             try:
                 reply = await self._execute(entry, cmds)
             except BaseException:

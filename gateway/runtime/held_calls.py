@@ -26,7 +26,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
-from gateway.client_link import ClientLink
+from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_events as hold
@@ -190,5 +190,6 @@ class MrtrBridge:
             call = self._new_call(
                 link, msg, decision, replay=rerun.replay_answers, replay_round=rerun.replay_round
             )
+            MRTR_ROUND.set(rerun.replay_round)  # for the retry's span (runtime/tracing.py)
             return await self.runner.run(msg["id"], call, link, decision, session)
         return await self.runner.retry(link, cmds)

@@ -15,7 +15,7 @@ import anyio
 import structlog
 
 from gateway import wire
-from gateway.client_link import ClientLink, ForwardedServerRequest
+from gateway.client_link import MRTR_ROUND, ClientLink, ForwardedServerRequest
 from gateway.config import Config
 from gateway.core import legacy_input as core
 from gateway.core.engine import Event
@@ -69,6 +69,7 @@ class LegacyInputLoop:
                 event = await self._ask_all(link, command.requests)
             else:
                 assert isinstance(command, core.RetryUpstream)
+                MRTR_ROUND.set(call.rounds)  # for the retry's span (runtime/tracing.py)
                 retry = await self._forward(link, command.forward, session, None, client_id)
                 event = core.UpstreamReplied(retry)
 

@@ -7,6 +7,7 @@ one place that knows all the parts, and what the fronts see of them."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -27,6 +28,11 @@ from gateway.runtime.upstream_session import UpstreamSession
 from gateway.runtime.upstream_supervisor import Connector
 from gateway.upstream_errors import UpstreamError
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from gateway.runtime.tracing import RequestTracing
+
 log = structlog.get_logger("gateway")
 
 
@@ -36,15 +42,25 @@ class GatewayService:
         config: Config,
         tap: Callable[[str, wire.Message], None] | None = None,
         connect: Connector | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
+        """`tracer_provider`: where spans go when tracing is on (tests);
+        else the process's (runtime/tracing.py `install`)."""
         self.config = config
         self.links: set[ClientLink] = set()
         self.pool = UpstreamPool(config, self._on_server_message, tap, connect, corker=self)
+        self.tracing: RequestTracing | None = None
+        if config.tracing or tracer_provider is not None:
+            from gateway.runtime.tracing import RequestTracing  # only then: the otel extra
+
+            self.tracing = RequestTracing(self.pool, tracer_provider)
         self.listens = Listens(config)
         self.subscriptions = subs = ClientSubscriptions(config, self.pool, self.listens)
         self.pool.on_session_lost = subs.session_lost
         self.pool.in_use = self.listens.holds
-        self.calls = ClientCalls(config, self.pool, self.links, self.listens, subs.session_listen)
+        self.calls = ClientCalls(
+            config, self.pool, self.links, self.listens, subs.session_listen, self.tracing
+        )
         self.bridge = self.calls.bridge
         self.legacy_input = self.calls.legacy_input
         self.server_requests = ServerRequestDesk(config, self.links, self.bridge)
@@ -84,9 +100,14 @@ class GatewayService:
         refused past the link's limits (the answer queued on the link)."""
         inflight = link.inflight
         if msg["id"] in inflight or len(inflight) >= self.config.max_inflight_per_client:
-            link.send_nowait(self._over_limits(link, msg["id"]))
+            refusal = self._over_limits(link, msg["id"])
+            if self.tracing is None:
+                link.send_nowait(refusal)
+            else:  # a reused id's refusal must not end the span of the call that has it
+                self.tracing.send_untraced(link, refusal)
         else:
-            self.calls.take(link, msg, tg)
+            traced = None if self.tracing is None else self.tracing.request(link, msg)
+            self.calls.take(link, msg, tg, traced)
 
     def _over_limits(self, link: ClientLink, msg_id: wire.RequestId) -> wire.Message:
         if msg_id in link.inflight:
@@ -150,6 +171,8 @@ class GatewayService:
         call = link.inflight.get(msg_id)
         if call is None:
             return
+        if self.tracing is not None:
+            self.tracing.cancelled(link, msg_id)
         if call.cancel is not None:
             call.cancel()
         elif call.scope is not None:
@@ -163,6 +186,8 @@ class GatewayService:
             forwarded.done.set()
         if link.session_listen is not None:
             link.session_listen.close()
+        if self.tracing is not None:
+            self.tracing.link_dropped(link)
         self.links.discard(link)
 
     def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:

@@ -5,7 +5,7 @@ MRTR bridge and the legacy-input loop."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -22,14 +22,23 @@ from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.translate import CacheHint
 
+if TYPE_CHECKING:
+    from gateway.runtime.tracing import RequestTracing
+
 log = structlog.get_logger("gateway")
 
 
 class SessionCalls:
     def __init__(
-        self, config: Config, pool: UpstreamPool, links: set[ClientLink], listens: Listens
+        self,
+        config: Config,
+        pool: UpstreamPool,
+        links: set[ClientLink],
+        listens: Listens,
+        tracing: RequestTracing | None = None,
     ) -> None:
         self.config = config
+        self.tracing = tracing
         self.pool = pool
         self.links = links
         self.listens = listens
@@ -149,8 +158,9 @@ class SessionCalls:
                 return wire.result_response(client_id, subs_core.closing_result(client_id))
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
+        call = session.call if self.tracing is None else self.tracing.call(session, link)
         try:
-            return await session.call(
+            return await call(
                 decision.method,
                 params,
                 timeout=timeout or self.config.request_timeout,
