@@ -25,6 +25,21 @@ from gateway import config as config_mod
 
 NOTES = [sys.executable, "-m", "gateway.examples.notes_server"]
 
+# One modern request, as a stdio client writes it.
+MODERN_TOOLS_LIST = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+)
+
 
 def run(
     tmp_path: Path,
@@ -272,19 +287,7 @@ def test_an_upper_case_log_level_in_toml_runs(tmp_path: Path) -> None:
     """The same through the command: the gateway serves, and warnings show."""
     path = tmp_path / "gw.toml"
     path.write_text('[gateway]\nlog_level = "WARNING"\n')
-    line = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/list",
-            "params": {
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                }
-            },
-        }
-    )
+    line = MODERN_TOOLS_LIST
     result = subprocess.run(
         [sys.executable, "-m", "gateway", "--config", str(path), "--", *NOTES],
         check=False,
@@ -303,19 +306,7 @@ def test_the_upstream_command_from_the_environment_serves() -> None:
     """Issue #13: "Every config key also from the environment (...), the
     form containers use": a container gives its upstream and settings so,
     with no file and no options."""
-    line = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/list",
-            "params": {
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                }
-            },
-        }
-    )
+    line = MODERN_TOOLS_LIST
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MCP_ERA_GATEWAY_")}
     environ["MCP_ERA_GATEWAY_UPSTREAM_COMMAND"] = json.dumps(NOTES)
     environ["MCP_ERA_GATEWAY_GATEWAY_LOG_LEVEL"] = "WARNING"
