@@ -56,14 +56,26 @@ class Replica:
         with self.log.open("ab") as log:
             self.process = await anyio.open_process(cmd, stdout=subprocess.DEVNULL, stderr=log)
 
-    async def stop(self, sig: signal.Signals = signal.SIGTERM, within: float = 20) -> int:
-        """Signal it and wait until it exited; its exit code."""
+    async def stop(self, sig: signal.Signals | None = signal.SIGTERM, within: float = 20) -> int:
+        """Signal it (None: it was already) and wait until it exited; its exit code."""
         process = self.process
         assert process is not None
-        if process.returncode is None:
+        if process.returncode is None and sig is not None:
             process.send_signal(sig)
         with anyio.fail_after(within):
             return await process.wait()
+
+    async def until_ready(self, within: float = 30) -> None:
+        """Until its own /readyz is 200 (polled every 50 ms)."""
+        async with httpx.AsyncClient(timeout=5) as client:
+            with anyio.fail_after(within):
+                while True:  # ends when it is ready (or the bound)
+                    try:
+                        if (await client.get(f"{self.url}/readyz")).status_code == 200:
+                            return
+                    except httpx.TransportError:
+                        pass
+                    await anyio.sleep(0.05)
 
     async def kill(self) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -85,16 +97,22 @@ class Cluster:
         return f"http://127.0.0.1:{self.lb_port}"
 
     async def states(self) -> dict[str, str]:
-        """Each replica's state as HAProxy sees it (UP, DOWN, ...)."""
+        """Each replica's state as HAProxy sees it: UP (its last check
+        passed), DOWN, or what else `show stat` says. A server HAProxy has not
+        checked yet counts as not UP, though HAProxy starts it as UP."""
         text = await _ask_haproxy(self.admin, "show stat\n")
+        lines = text.splitlines()
+        header = lines[0].lstrip("# ").split(",") if lines else []
+        status, check = header.index("status"), header.index("check_status")
         states: dict[str, str] = {}
-        for line in text.splitlines():
+        for line in lines[1:]:
             cols = line.split(",")
-            if len(cols) > 17 and cols[0] == "gateways" and cols[1] in NAMES:
-                states[cols[1]] = cols[17]
+            if len(cols) > check and cols[0] == "gateways" and cols[1] in NAMES:
+                up = cols[status].startswith("UP") and cols[check] == "L7OK"
+                states[cols[1]] = "UP" if up else cols[status] or "?"
         return states
 
-    async def until_states(self, want: dict[str, str], within: float = 20) -> None:
+    async def until_states(self, want: dict[str, str], within: float = 30) -> None:
         """Until HAProxy sees the replicas so (polled every 50 ms)."""
         with anyio.fail_after(within):
             while True:  # ends when HAProxy agrees (or the bound)
@@ -103,7 +121,7 @@ class Cluster:
                     return
                 await anyio.sleep(0.05)
 
-    async def all_up(self, within: float = 20) -> None:
+    async def all_up(self, within: float = 30) -> None:
         await self.until_states({name: "UP" for name in NAMES}, within)
 
     async def requests_served(self) -> dict[str, int]:
@@ -120,10 +138,16 @@ class Cluster:
         return served
 
     async def restart(self, replica: Replica) -> int:
-        """The rolling-restart step for one replica: SIGTERM (it drains and
-        exits), start it again, and wait until HAProxy sends to it again."""
-        code = await replica.stop()
+        """The rolling-restart step for one replica: SIGTERM; HAProxy takes it
+        out while it drains (its /readyz is 503); it exits; it starts again,
+        and HAProxy sends to it once its checks pass. Its exit code."""
+        process = replica.process
+        assert process is not None
+        process.terminate()
+        await self.until_states({replica.name: "DOWN"})
+        code = await replica.stop(None)
         await replica.start()
+        await replica.until_ready()
         await self.until_states({replica.name: "UP"})
         return code
 
@@ -166,6 +190,8 @@ async def cluster(tmp_path: Path, upstream: list[str], config: str) -> AsyncIter
     try:
         for replica in replicas:
             await replica.start()
+        for replica in replicas:
+            await replica.until_ready()
         with (tmp_path / "haproxy.log").open("wb") as log:
             result.haproxy = await anyio.open_process(
                 [binary, "-db", "-f", str(HAPROXY_CFG), "-f", str(stats)],

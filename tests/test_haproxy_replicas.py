@@ -45,7 +45,7 @@ FAST_STDIO = ["--", sys.executable, str(ROOT / "bench" / "fast_server.py"), "--e
 KEY = "replicas-share-this-key-0123456789"
 CONFIG = f"""
 [gateway]
-drain_delay = 1.5
+drain_delay = 2.5
 [upstream]
 health_interval = 0.5
 [mrtr]
