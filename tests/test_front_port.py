@@ -183,7 +183,7 @@ def test_build_info_labels_are_escaped() -> None:
 async def test_readyz_reads_the_readiness_snapshot(
     ready: Readiness, status: int, body: dict[str, Any]
 ) -> None:
-    """README "As an HTTP sidecar": /readyz says ready or not, and to those who
+    """docs/http.md, "As an HTTP sidecar": /readyz says ready or not, and to those who
     may read /metrics the era, the server and the failure; unchanged, from
     the runtime's Readiness instead of the pool's fields."""
     response = await _get(StandIn(ready), "/readyz")

@@ -617,7 +617,7 @@ def test_mrtr_retries_with_forged_state_or_bad_answers_are_refused(data: st.Data
     """2026-07-28 MRTR: a retry carries `inputResponses` (InputResponses) and
     the exact `requestState`. A forged state or malformed answers are -32602
     and touch nothing: the parked call stays ready, and the right retry then
-    completes it. README "Multi round-trip requests"."""
+    completes it. docs/mrtr.md."""
     kinds = data.draw(st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=4))
     anyio.run(_mrtr_retries, kinds, data)
 

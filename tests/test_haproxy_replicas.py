@@ -257,8 +257,8 @@ async def test_rotating_the_state_key_across_replicas_mid_load(tmp_path: Path) -
     that was sealed with a key still listed". MRTR interactions of a replay
     tool run through HAProxy without cookies, so each retry lands on another
     replica than its input_required came from, while the replicas roll, one
-    at a time, from key A to [A, B], then to [B, A] (README "Rotating the
-    state key"): at every moment some replicas seal with one key and others
+    at a time, from key A to [A, B], then to [B, A] (docs/deployment.md,
+    "Rotating the state key"): at every moment some replicas seal with one key and others
     open with the other."""
     old, new = "old-key-" + "a" * 24, "new-key-" + "b" * 24
     counts = {"interactions": 0, "ok": 0, "failed": 0}

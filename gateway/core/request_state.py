@@ -80,7 +80,7 @@ def _unb64(text: str) -> bytes:
 
 class Sealer:
     """Seals with the first key and opens with any listed one, so that
-    replicas can roll to a new key one at a time (README "Configuration":
+    replicas can roll to a new key one at a time (docs/deployment.md:
     the new key is added second everywhere, then moved first, then the old
     one dropped once every state it sealed has expired)."""
 
@@ -171,7 +171,7 @@ class Sealer:
 class ConsumedStates:
     """The states this gateway has honoured whose retry re-runs the call, each
     kept until it expires, so that it is honoured once (a replayed state would
-    run the tool again). Per process: see README "Multi round-trip requests"
+    run the tool again). Per process: see docs/mrtr.md
     for what that means across replicas.
 
     Bounded: at `limit` unexpired entries a new one is refused (`Full`) rather

@@ -107,8 +107,8 @@ class HttpFront:
 
     async def _readyz(self, send: Send, *, details: bool) -> None:
         """The status for anyone; the era, the server's identity and the
-        failure only for those who may read /metrics (README "As an HTTP
-        sidecar")."""
+        failure only for those who may read /metrics (docs/http.md, "As an
+        HTTP sidecar")."""
         status, body = readiness_answer(self.service.readiness())
         await respond(send, status, body if details else {"status": body["status"]})
 
