@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,50 @@ def test_the_desktop_snippet_with_example_server_serves_a_real_sdk_client() -> N
     )
     assert out["isError"] is False
     assert any("mcp-era-gateway lets modern clients" in text for text in out["text"])
+
+
+def _demo(*args: str, columns: int) -> str:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MCP_ERA_GATEWAY_")}
+    result = subprocess.run(
+        [*GATEWAY, "demo", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environ, "NO_COLOR": "1", "COLUMNS": str(columns)},
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _quotes(line: str) -> int:
+    return len(re.findall(r'(?<!\\)"', line))
+
+
+def test_the_demo_fits_the_terminal_and_never_cuts_a_token() -> None:
+    """Issue #14: "The demo hard-wraps JSON at 100 columns mid-word; fit the
+    terminal width." A message that does not fit on one line is indented
+    JSON: every line holds whole tokens (its quotes pair up), and only a
+    line of one long member may pass the width."""
+    out = _demo(columns=60)
+    messages = [line for line in out.splitlines() if line.startswith("  ")]
+    assert len(messages) > 20
+    for line in messages:
+        assert _quotes(line) % 2 == 0, line
+        if len(line) > 60:
+            assert line.lstrip().startswith('"'), line  # one member, not a cut
+    assert '"resultType": "complete"' in out
+
+
+@pytest.mark.peers
+def test_demo_in_front_of_another_server_scripts_itself_from_its_tools() -> None:
+    """Issue #14: "`demo -- OTHER_SERVER` is accepted and still runs the notes
+    script against it ('Unknown tool: search_notes')". In front of mcp 1.30's
+    FastMCP fixture it calls that server's first tool (echo), its required
+    argument made from the input schema."""
+    server = [str(ROOT / ".peers/py1/bin/python"), str(ROOT / "compat_matrix/peers/py1_server.py")]
+    out = _demo("--", *server, columns=1000)
+    assert "Unknown tool" not in out and "search_notes" not in out
+    assert '"name":"echo","arguments":{"text":"example"}' in out
+    assert '"isError":false' in out
