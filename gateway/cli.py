@@ -26,8 +26,29 @@ EXIT_CONFIG = 2
 USAGE = """\
 mcp-era-gateway [--config PATH] [--listen stdio] [--upstream-era auto|modern|legacy]
                 [--log-level LEVEL] [--log-format console|json] [more options] -- COMMAND [ARG...]
-mcp-era-gateway probe [options] -- COMMAND [ARG...]
-mcp-era-gateway demo"""
+mcp-era-gateway probe [options] (URL | -- COMMAND [ARG...])
+mcp-era-gateway demo [options] [-- COMMAND [ARG...]]
+mcp-era-gateway example-server"""
+
+# Each sub-command's own usage line and description (`SUB --help`).
+SUBCOMMANDS = {
+    "probe": (
+        "mcp-era-gateway probe [options] (URL | -- COMMAND [ARG...])",
+        "Classify an upstream server (modern, legacy or dual) and print what it said "
+        "as one JSON object on stdout; exit 1 if it cannot be reached.",
+    ),
+    "demo": (
+        "mcp-era-gateway demo [options] [-- COMMAND [ARG...]]",
+        "Show the translation step by step: a scripted modern client talks through the "
+        "gateway to the bundled legacy notes server, or to COMMAND (then the script is "
+        "made from the tools it lists).",
+    ),
+    "example-server": (
+        "mcp-era-gateway example-server",
+        "Run the bundled legacy notes server on stdin/stdout, to put behind the gateway: "
+        "mcp-era-gateway -- mcp-era-gateway example-server",
+    ),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,16 +57,23 @@ class _Parser(argparse.ArgumentParser):
         raise config_mod.ConfigError(f"{message} (see --help)")
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
+def _parser(sub: str | None = None) -> argparse.ArgumentParser:
+    usage, description = SUBCOMMANDS.get(
+        sub or "",
+        (USAGE, "Let every generation of MCP client talk to every generation of MCP server."),
+    )
     p = _Parser(
-        prog=prog,
-        usage=USAGE,
-        description="Let every generation of MCP client talk to every generation of MCP server.",
+        prog=PROG + (f" {sub}" if sub else ""),
+        usage=usage,
+        description=description,
         epilog="Everything after -- is the upstream server command (overrides [upstream] command). "
         "Every config key can also be set as MCP_ERA_GATEWAY_<TABLE>_<KEY>; options win over "
         "the environment, which wins over the file.",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {build_info.version()}")
+    if sub == "example-server":
+        p.epilog = None
+        return p
     p.add_argument("--config", metavar="PATH", help="TOML config file (see config.example.toml)")
     p.add_argument("--listen", help="where clients connect: stdio (default) or HOST:PORT (HTTP)")
     p.add_argument(
@@ -169,17 +197,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     opts, command = _split(argv)
-    sub = None
-    for i, token in enumerate(opts):
-        # Every option takes a value, so a sub-command is a bare word that does
-        # not follow an option in `--name value` form.
-        follows_option = i > 0 and opts[i - 1].startswith("--") and "=" not in opts[i - 1]
-        if token in ("probe", "demo") and not follows_option:
-            sub = token
-            del opts[i]
-            break
-    parser = _parser(PROG + (f" {sub}" if sub else ""))
-    ns = parser.parse_args(opts)
+    sub, url, rest = _words(opts)
+    _refuse_bare_words(sub, rest)
+    ns = _parser(sub).parse_args(opts)
+    if sub == "example-server":
+        if command:
+            raise config_mod.ConfigError("example-server takes no server command")
+        return _example_server()
+    if url is not None:
+        if ns.upstream is not None or command:
+            raise config_mod.ConfigError(
+                f"probe takes one upstream: {url}, --upstream URL or -- COMMAND"
+            )
+        ns.upstream = url
     merged = _merge(ns, command)
     cfg = merged.config
     if cfg.tracing:
@@ -211,6 +241,51 @@ def _main(argv: list[str]) -> int:
 
     _settle_memory()
     return anyio.run(serve_stdio, cfg)
+
+
+def _example_server() -> int:
+    """The bundled notes server on our stdin/stdout: nothing else may write
+    to stdout (it is the server's MCP channel), so no logging is set up."""
+    from gateway.examples import notes_server
+
+    notes_server.main()
+    return 0
+
+
+def _words(opts: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """The sub-command, a probe's URL, and the first other bare word with
+    all that follows it (a server command given without `--`), all taken
+    out of `opts`. Every option takes a value, so a bare word is one that
+    does not follow an option in `--name value` form."""
+    given = list(opts)
+    sub: str | None = None
+    url: str | None = None
+    rest: list[str] = []
+    opts.clear()
+    for i, token in enumerate(given):
+        follows_option = i > 0 and given[i - 1].startswith("--") and "=" not in given[i - 1]
+        if token.startswith("-") or follows_option:
+            opts.append(token)
+        elif sub is None and url is None and token in SUBCOMMANDS:
+            sub = token
+        elif sub == "probe" and url is None and token.startswith(("http://", "https://")):
+            url = token  # `probe URL` is `probe --upstream URL`
+        else:
+            rest = given[i:]
+            break
+    return sub, url, rest
+
+
+def _refuse_bare_words(sub: str | None, rest: list[str]) -> None:
+    """A bare word is a server command that misses its `--`: say where it goes."""
+    if sub == "probe" and rest and "://" in rest[0]:
+        raise config_mod.ConfigError(f"probe takes an http:// or https:// URL, not {rest[0]!r}")
+    if rest:
+        where = f"{PROG} {sub}" if sub else PROG
+        raise config_mod.ConfigError(
+            f"unrecognized arguments: {' '.join(rest)}; put -- before the server command: "
+            f"{where} [options] -- {' '.join(rest)}"
+        )
 
 
 # Young objects the collector lets accumulate before it looks: most of a

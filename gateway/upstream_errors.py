@@ -69,6 +69,10 @@ class Contradicted(UpstreamUnavailable):
     """The server no longer answers in the era cached for it."""
 
 
+class ShuttingDown(UpstreamUnavailable):
+    """The gateway is stopping: no upstream connection is started any more."""
+
+
 class ServerNotStarted(UpstreamUnavailable):
     """The transport could not start the server (no such command, no
     permission): its text is the operating system's own."""

@@ -198,7 +198,9 @@ async def test_probe_command_reports_the_era() -> None:
 
 async def test_demo_runs_and_shows_both_sides() -> None:
     result = await anyio.run_process(
-        [sys.executable, "-m", "gateway", "demo"], env={**os.environ, "NO_COLOR": "1"}
+        # (wide enough that every message is one line)
+        [sys.executable, "-m", "gateway", "demo"],
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "1000"},
     )
     out = result.stdout.decode()
     for marker in (

@@ -53,20 +53,35 @@ log = structlog.get_logger("gateway.mrtr")
 STATE_KEY_ENV = "MCP_ERA_GATEWAY_MRTR_STATE_KEY"
 
 
+def random_key_can_matter(config: Config) -> bool:
+    """Whether a per-process random requestState key can fail a client, so
+    that its start-up warning is worth a line (issue #14: it was printed on
+    every start). It can when a state may be opened by another process than
+    the one that sealed it: `instance_id` is set only for replicas, where a
+    retry that reaches another replica needs the shared key to be told
+    `other-instance` (or, in replay mode, to be served at all); and over the
+    HTTP front with replay tools, a replica or a restart serves retries from
+    states it did not seal. Over stdio the client's retries come back to the
+    one process that sealed them, and it lives as long as that client; over
+    HTTP in hold mode alone a retry needs the call parked in this process,
+    whatever the key."""
+    if config.instance_id is not None:
+        return True
+    return config.listen != "stdio" and bool(config.replay_tools)
+
+
 class MrtrBridge:
     """The MRTR bridge of one gateway: its sealer, hold table and runner."""
 
     def __init__(self, config: Config, forward: ForwardFn, shape: ShapeFn) -> None:
         self.config = config
         keys = config.state_keys()
-        if not keys:
+        if not keys and random_key_can_matter(config):
             log.warning(
                 "no requestState key configured; using a random one for this process "
                 f"(set [mrtr] state_key or {STATE_KEY_ENV} to share it between replicas)"
             )
-            raw = [secrets.token_bytes(32)]
-        else:
-            raw = [key.encode() for key in keys]
+        raw = [key.encode() for key in keys] or [secrets.token_bytes(32)]
         self.sealer = Sealer(raw, config.instance_id or secrets.token_hex(6))
         settings = HoldSettings(
             state_ttl=config.state_ttl,

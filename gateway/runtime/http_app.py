@@ -1,9 +1,10 @@
 """The gateway as an HTTP sidecar: uvicorn serves the ASGI front on
 HOST:PORT through the connection-limited protocol of fronts/http_limits.py,
 the service and its upstream run in the same task tree. On SIGTERM/SIGINT
-uvicorn stops accepting; GET streams and listens end at once, calls get
-`shutdown_grace` to finish and then a gateway error; then the upstream is
-stopped like in stdio mode."""
+(and SIGHUP: the gateway reloads no configuration, so a hang-up stops it
+like SIGTERM rather than kill it undrained) uvicorn stops accepting; GET
+streams and listens end at once, calls get `shutdown_grace` to finish and
+then a gateway error; then the upstream is stopped like in stdio mode."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ async def _exit_on_signal(
     grace; a third cuts them off."""
     delay = service.config.drain_delay
     async with anyio.create_task_group() as tg:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if server.should_exit:

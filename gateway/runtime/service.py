@@ -18,9 +18,11 @@ from gateway.config import Config
 from gateway.core import routing
 from gateway.core.profile import UpstreamProfile
 from gateway.fronts.port import GatewaySnapshot, Readiness
+from gateway.runtime import message_log
 from gateway.runtime.client_calls import ClientCalls
 from gateway.runtime.client_subscriptions import ClientSubscriptions
 from gateway.runtime.listens import Listens
+from gateway.runtime.message_log import MessageLog
 from gateway.runtime.server_notifications import NotificationRouter
 from gateway.runtime.server_requests import ServerRequestDesk
 from gateway.runtime.upstream_pool import UpstreamPool
@@ -48,6 +50,11 @@ class GatewayService:
         else the process's (runtime/tracing.py `install`)."""
         self.config = config
         self.links: set[ClientLink] = set()
+        # --log-level debug only (runtime/message_log.py); None costs nothing.
+        self.message_log: MessageLog | None = None
+        if message_log.enabled(config):
+            self.message_log = MessageLog(lambda: self.pool.era_name)
+            tap = self.message_log.tap(tap)
         self.pool = UpstreamPool(config, self._on_server_message, tap, connect, corker=self)
         self.tracing: RequestTracing | None = None
         if config.tracing or tracer_provider is not None:
@@ -81,6 +88,8 @@ class GatewayService:
         """Take one message from a client. Requests that wait run as tasks in
         `tg` (the link's own task group), so a slow call never holds up the
         next line. `checked`: the front already ran `inbound.problem` on it."""
+        if self.message_log is not None:
+            self.message_log.from_client(link, msg)
         kind = wire.kind_of(msg)
         if not checked and kind in (wire.Kind.REQUEST, wire.Kind.NOTIFICATION):
             wrong = inbound.problem(msg)
@@ -88,7 +97,7 @@ class GatewayService:
                 await self._refuse(link, msg, wrong)
                 return
         if kind is wire.Kind.REQUEST:
-            self.take_request(link, msg, tg)
+            self._take_request(link, msg, tg)
         elif kind is wire.Kind.NOTIFICATION:
             await self._handle_client_notification(link, msg)
         else:
@@ -98,6 +107,11 @@ class GatewayService:
         """A client request whose shape the front checked: served at once
         when nothing in it waits, else in a task of `tg` (the link's group);
         refused past the link's limits (the answer queued on the link)."""
+        if self.message_log is not None:
+            self.message_log.from_client(link, msg)
+        self._take_request(link, msg, tg)
+
+    def _take_request(self, link: ClientLink, msg: wire.Message, tg: anyio.abc.TaskGroup) -> None:
         inflight = link.inflight
         if msg["id"] in inflight or len(inflight) >= self.config.max_inflight_per_client:
             refusal = self._over_limits(link, msg["id"])

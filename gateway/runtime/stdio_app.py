@@ -56,7 +56,7 @@ async def serve_stdio(
 
 
 class _Stopping:
-    """Shutdown's two speeds: the first SIGTERM/SIGINT (or the end of stdin)
+    """Shutdown's two speeds: the first SIGTERM/SIGINT/SIGHUP (or the end of stdin)
     starts an orderly stop; a signal after that makes it immediate, because the
     client is about to escalate to SIGKILL, which would orphan the upstream."""
 
@@ -70,7 +70,10 @@ class _Stopping:
         self.started = True
 
     async def watch_signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        # SIGHUP (a closed terminal, a supervisor's hang-up) stops the gateway
+        # like SIGTERM: it reloads no configuration, and the default action
+        # would kill it without a drain, orphaning in-flight calls.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if not self.started:

@@ -16,6 +16,7 @@ from gateway.core.credentials import CredentialStore
 from gateway.core.era_settlement import Settlement
 from gateway.core.profile import UpstreamProfile
 from gateway.upstream_errors import (
+    ShuttingDown,
     UpstreamError,
     UpstreamGone,
     UpstreamUnauthorized,
@@ -98,6 +99,10 @@ class Readiness:
             if not self._forward:
                 self.failed()
             log.error("upstream refused the credential", reason=str(exc))
+        except ShuttingDown:
+            # Not an outage: the gateway stopped before the upstream was up.
+            self.failure = "the gateway is shutting down"
+            log.info("upstream start abandoned; the gateway is shutting down")
         except TimeoutError:
             # (the opening counted the failure for the backoff.)
             self.failure = await self._explain(self._timeout_reason())

@@ -17,6 +17,7 @@ from gateway.config import Config
 from gateway.core.session_choice import SessionKey
 from gateway.runtime.upstream_channel import Corker
 from gateway.runtime.upstream_session import ServerMessageHandler, UpstreamSession
+from gateway.upstream_errors import ShuttingDown
 
 
 class ServerConnection(Protocol):
@@ -83,10 +84,21 @@ class UpstreamSupervisor:
         self._closing: list[ServerConnection] = []
         self._last_process: ServerConnection | None = None
         self._hurried = False
+        # Set once shutdown stops the upstreams: a probe that loses its
+        # process to the shutdown must not start another one (issue #14).
+        self.closed = False
 
     async def spawn(self, key: SessionKey) -> UpstreamSession:
-        """Start a connection and the session on it, with the tasks that serve it."""
+        """Start a connection and the session on it, with the tasks that
+        serve it; ShuttingDown once aclose has begun."""
+        if self.closed:
+            raise ShuttingDown("the gateway is shutting down")
         process = await self._connect_as(key.principal)
+        if self.closed:
+            # Shutdown began while it started: aclose did not see it.
+            with anyio.CancelScope(shield=True):
+                await process.aclose(self.config.upstream_exit_grace)
+            raise ShuttingDown("the gateway is shutting down")
         self._last_process = process
         process.tap = self._tap
         session = UpstreamSession(process, key, label=f"pid {process.pid}")
@@ -124,6 +136,7 @@ class UpstreamSupervisor:
     async def aclose(self) -> None:
         """Stop every upstream: close its stdin, wait `exit_grace`, then
         SIGTERM, then SIGKILL (2026-07-28 stdio "Shutdown")."""
+        self.closed = True
         sessions = list(self.processes.items())
         self.processes.clear()
         self._closing = [process for _, process in sessions]
