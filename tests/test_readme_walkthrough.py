@@ -104,9 +104,6 @@ class Checkout:
         script = f". .venv/bin/activate\n{command}"
         return run_bash(script, self.root, self.env(path_first=False), timeout)
 
-    def has_subcommand(self, name: str) -> bool:
-        return f'"{name}"' in (self.root / "gateway" / "cli.py").read_text(encoding="utf-8")
-
 
 def run_bash(
     script: str, cwd: Path, env: dict[str, str], timeout: float
@@ -177,16 +174,8 @@ def test_demo_prints_what_the_readme_shows(checkout: Checkout) -> None:
     check_console_block(checkout, "demo")
 
 
-def needs_example_server(checkout: Checkout) -> None:
-    # The README runs the bundled server as `mcp-era-gateway example-server`;
-    # until that sub-command lands, the steps that launch it cannot run.
-    if not checkout.has_subcommand("example-server"):
-        pytest.skip("the `mcp-era-gateway example-server` sub-command is missing")
-
-
 def test_probe_prints_what_the_readme_shows(checkout: Checkout) -> None:
     """Issue 14: "probe" — against the bundled server, as the README shows."""
-    needs_example_server(checkout)
     check_console_block(checkout, "probe")
 
 
@@ -223,7 +212,6 @@ def assert_notes_served(outcome: dict[str, Any]) -> None:
 def test_desktop_snippet_with_a_real_client(checkout: Checkout) -> None:
     """Issue 14: "the desktop snippet with a real SDK client" — the snippet's
     `notes` command and args exactly, launched by the mcp 1.30 stdio client."""
-    needs_example_server(checkout)
     notes = json.loads(BLOCKS["desktop"])["mcpServers"]["notes"]
     command = shutil.which(notes["command"], path=checkout.env()["PATH"])
     assert command == str(checkout.venv_bin / "mcp-era-gateway")
@@ -258,7 +246,6 @@ def wait_ready(url: str, sidecar: subprocess.Popen[str]) -> None:
 @pytest.fixture
 def sidecar(checkout: Checkout) -> Iterator[str]:
     """The README's sidecar command, on a free port instead of 8080."""
-    needs_example_server(checkout)
     (command,) = BLOCKS["sidecar"].splitlines()
     port = free_port()
     assert "127.0.0.1:8080" in command
