@@ -84,3 +84,28 @@ async def test_sse_client_to_dual_era_server(tmp_path: Path) -> None:
     """A dual-era server that pushes its elicitation to a legacy session."""
     out = await sse_client_through_gateway(tmp_path, DUAL)
     assert_legacy_session_works(out)
+
+
+async def test_ts_sdk_sse_client_to_legacy_server(tmp_path: Path) -> None:
+    """The TS SDK 1.x `SSEClientTransport` lists and calls a tool through the
+    SSE front (issue #15: "the TS SDK 1.x `SSEClientTransport` ... list and
+    call tools")."""
+    peers_installed()
+    sdk = PEERS / "node/node_modules/@modelcontextprotocol/sdk/package.json"
+    if not sdk.exists():
+        pytest.fail(f"peer missing: {sdk} (run `bash peers/install.sh`)", pytrace=False)
+    async with http_gateway_process(tmp_path, LEGACY) as (client, _):
+        url = str(client.base_url.join("/sse"))
+        with anyio.fail_after(90):
+            done = await anyio.run_process(
+                ["node", str(REPO / "tests/servers/ts1_sse_client.mjs"), url],
+                cwd=REPO,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+    lines = done.stdout.decode().strip().splitlines()
+    assert done.returncode == 0 and lines, done.stderr.decode()[-3000:]
+    out = json.loads(lines[-1])
+    assert out["server"] == "py1-fixture", out
+    assert "echo" in out["tools"], out
+    assert out["echo"] == ["hi"], out
