@@ -183,3 +183,18 @@ async def test_sessions_limit() -> None:
         stream = sse_get()
         async with open_stream(g, stream):
             assert (await g.client.get("/sse")).status_code == 503
+
+
+async def test_one_session_limit_for_both_transports_and_metrics_by_transport() -> None:
+    """Limits as the existing front has them, shared: an SSE session counts
+    against `[http] max_sessions` for a Streamable HTTP `initialize` too;
+    /metrics counts the sessions by transport."""
+    async with http_gateway(legacy_server(), http_max_sessions=1) as g:
+        stream = sse_get()
+        async with open_stream(g, stream):
+            refused = await g.post(INIT)
+            assert refused.status_code == 503
+            metrics = (await g.client.get("/metrics")).text
+            assert 'mcp_gateway_client_sessions{transport="sse"} 1' in metrics
+            assert 'mcp_gateway_client_sessions{transport="streamable-http"} 0' in metrics
+            assert "mcp_gateway_sessions 1" in metrics

@@ -52,6 +52,9 @@ class HttpFront:
         self.direct = DirectPosts(service, self.access, self._calls, self._sessions, self._tools)
         # The deprecated HTTP+SSE transport's clients, when it is on.
         self.sse = SseFront(service, self.access) if self.config.http_sse_front else None
+        if self.sse is not None:
+            # One `[http] max_sessions` for the legacy sessions of both transports.
+            self._sessions.others = self.sse.sessions.by_id
 
     @property
     def tg(self) -> TaskGroup | None:
@@ -89,7 +92,11 @@ class HttpFront:
                 await respond_text(
                     send,
                     200,
-                    self.metrics.render(self.service.snapshot(), len(self.sessions)),
+                    self.metrics.render(
+                        self.service.snapshot(),
+                        len(self.sessions),
+                        0 if self.sse is None else len(self.sse.sessions.by_id),
+                    ),
                     "text/plain; version=0.0.4",
                 )
             elif self.sse is not None and path in (STREAM_PATH, MESSAGES_PATH):
