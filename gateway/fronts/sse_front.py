@@ -16,7 +16,6 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 import anyio
-import orjson
 from anyio.abc import TaskGroup
 
 from gateway import inbound, wire
@@ -36,10 +35,6 @@ def endpoint_event(session_id: str) -> bytes:
         MESSAGES_PATH.encode(),
         session_id.encode(),
     )
-
-
-def message_event(msg: wire.Message) -> bytes:
-    return b"event: message\ndata: " + orjson.dumps(msg) + b"\n\n"
 
 
 class SseFront:
@@ -84,10 +79,10 @@ class SseFront:
             while True:  # ends when the client goes or the outbox closes
                 with anyio.move_on_after(self.keepalive):
                     try:
-                        msg = await session.outbox.get()
+                        data = await session.outbox.get()
                     except anyio.EndOfStream:
                         break
-                    await send(chunk(message_event(msg), more=True))
+                    await send(chunk(data, more=True))
                     continue
                 await send(chunk(b": keep-alive\n\n", more=True))
             tg.cancel_scope.cancel()
@@ -127,9 +122,12 @@ class SseFront:
         if kind is wire.Kind.REQUEST:
             self.access.begin(principal, msg["id"])  # 429 past the principal's limit
             session.pending.add(msg["id"])
-            # 202 first: the reply may come at once, and goes on the stream.
-            await respond_empty(send, 202)
+            # Handed over before the 202 is written (no wait between the
+            # check above and here): a session that ends meanwhile would
+            # otherwise be given a call after its link was dropped. The
+            # reply goes on the stream, before or after the 202.
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
+            await respond_empty(send, 202)
             return
         if kind is wire.Kind.NOTIFICATION:
             if msg["method"] == "notifications/cancelled":
