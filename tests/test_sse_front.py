@@ -4,6 +4,7 @@ tokens, keep-alive comments, a client that stops reading, and the switch."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +14,7 @@ import orjson
 import pytest
 
 from gateway import wire
+from gateway.fronts.asgi import CLIENT_GONE, ClientGone
 from tests.inprocess import Exchange, HttpGateway, http_gateway
 from tests.log_events import log_events
 from tests.scripted import legacy_server
@@ -156,6 +158,12 @@ async def test_a_client_that_stops_reading_is_bounded(
         g.front.sse.sessions.max_queued_bytes = max_queued_bytes
         stream = StalledReader("GET", {"accept": "text/event-stream"})
         stream.scope["path"] = "/sse"
+        # The front's own server drops the connection of a cut stream (its
+        # end could never be written), so that it logs nothing of its own.
+        gone = ClientGone(asyncio.get_running_loop())
+        aborted: list[bool] = []
+        gone.abort = lambda: aborted.append(True)
+        stream.scope["extensions"] = {CLIENT_GONE: gone}
         with log_events() as logs:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stream.run, g.front)
@@ -173,6 +181,7 @@ async def test_a_client_that_stops_reading_is_bounded(
             assert len(ended) == 1, ended  # one line, however many replies were dropped
         assert not g.front.sse.sessions.by_id
         assert not g.front.access.busy  # its requests no longer count
+        assert aborted == [True]
 
 
 async def test_switched_off() -> None:

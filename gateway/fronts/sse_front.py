@@ -19,7 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway import inbound, wire
-from gateway.fronts.asgi import Receive, Send, chunk, sse_start, watch_disconnect
+from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, read_body, respond_empty
 from gateway.fronts.port import GatewayPort
@@ -48,10 +48,16 @@ class SseFront:
 
     # -- GET /sse: the session's stream --------------------------------------------------
     async def open_stream(
-        self, principal: str, open_elsewhere: int, receive: Receive, send: Send
+        self,
+        principal: str,
+        open_elsewhere: int,
+        receive: Receive,
+        send: Send,
+        gone: ClientGone | None = None,
     ) -> None:
         """`open_elsewhere`: the front's other legacy sessions, which count
-        against the same `[http] max_sessions`."""
+        against the same `[http] max_sessions`; `gone`: the server's word on
+        the client, when it gives one (and its way to drop the connection)."""
         if len(self.sessions.by_id) + open_elsewhere >= self.config.http_max_sessions:
             raise HttpError(503, "Too many sessions")
         session = self.sessions.open(principal)
@@ -65,9 +71,12 @@ class SseFront:
                 await self._write(session, receive, send)
             if not scope.cancelled_caught:
                 # The client left, or the gateway ended the stream (shutdown):
-                # the response ends whole. A stream cut for not being read is
-                # left unended: its end would wait on the same full buffer.
+                # the response ends whole.
                 await send(chunk(b"", more=False))
+            elif gone is not None and gone.abort is not None:
+                # Cut for not being read: its end would wait on the same full
+                # buffer, so the connection goes instead.
+                gone.abort()
         finally:
             self.sessions.end(session)
 
