@@ -14,6 +14,8 @@ import orjson
 import pytest
 
 from gateway import wire
+from gateway.config import Config, ConfigError
+from gateway.config.environment import from_environ
 from gateway.fronts.asgi import CLIENT_GONE, ClientGone
 from tests.inprocess import Exchange, HttpGateway, http_gateway
 from tests.log_events import log_events
@@ -212,3 +214,13 @@ async def test_one_session_limit_for_both_transports_and_metrics_by_transport() 
             assert 'mcp_gateway_client_sessions{transport="sse"} 1' in metrics
             assert 'mcp_gateway_client_sessions{transport="streamable-http"} 0' in metrics
             assert "mcp_gateway_sessions 1" in metrics
+
+
+def test_the_switch_in_the_environment_and_its_check() -> None:
+    """`[http] sse_front` is a setting like any other: its variable
+    MCP_ERA_GATEWAY_HTTP_SSE_FRONT, and a value that is no boolean refused."""
+    assert Config().http_sse_front is True  # on by default
+    value, _ = from_environ({"MCP_ERA_GATEWAY_HTTP_SSE_FRONT": "false"})["http_sse_front"]
+    assert value is False
+    with pytest.raises(ConfigError, match="sse_front"):
+        Config(http_sse_front="no").check()  # type: ignore[arg-type]
