@@ -224,3 +224,27 @@ def test_the_switch_in_the_environment_and_its_check() -> None:
     assert value is False
     with pytest.raises(ConfigError, match="sse_front"):
         Config(http_sse_front="no").check()  # type: ignore[arg-type]
+
+
+class SlowReader(Exchange):
+    """A client that reads, but each write takes longer than the keep-alive interval."""
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if len(self.sent) >= 2:
+            await anyio.sleep(0.05)
+        await super().send(message)
+
+
+async def test_a_slow_reader_loses_no_event_to_the_keepalive_timer() -> None:
+    """Every reply reaches a client that reads slowly: the keep-alive timer
+    times the wait for a message, never a write in progress."""
+    async with http_gateway(legacy_server()) as g:
+        assert g.front.sse is not None
+        g.front.sse.keepalive = 0.01
+        stream = SlowReader("GET", {"accept": "text/event-stream"})
+        stream.scope["path"] = "/sse"
+        async with open_stream(g, stream) as endpoint:
+            for n in range(1, 6):
+                assert (await post(g, endpoint, wire.request(n, "ping", {}))).status_code == 202
+            await stream.wait_until(lambda: len(messages(stream)) == 5, timeout=10)
+            assert [m["id"] for m in messages(stream)] == [1, 2, 3, 4, 5]

@@ -28,6 +28,7 @@ from gateway.fronts.sse_sessions import SESSION_ID, SseSession, SseSessions
 STREAM_PATH = "/sse"
 MESSAGES_PATH = "/messages"
 KEEPALIVE = 15.0
+KEEPALIVE_COMMENT = b": keep-alive\n\n"
 
 
 def endpoint_event(session_id: str) -> bytes:
@@ -86,14 +87,15 @@ class SseFront:
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
             while True:  # ends when the client goes or the outbox closes
+                data = KEEPALIVE_COMMENT
+                # Only the wait is timed: a write cut short by the timer
+                # would lose its event.
                 with anyio.move_on_after(self.keepalive):
                     try:
                         data = await session.outbox.get()
                     except anyio.EndOfStream:
                         break
-                    await send(chunk(data, more=True))
-                    continue
-                await send(chunk(b": keep-alive\n\n", more=True))
+                await send(chunk(data, more=True))
             tg.cancel_scope.cancel()
 
     # -- POST /messages?session_id=...: one message of the session -----------------------
