@@ -248,3 +248,32 @@ async def test_a_slow_reader_loses_no_event_to_the_keepalive_timer() -> None:
                 assert (await post(g, endpoint, wire.request(n, "ping", {}))).status_code == 202
             await stream.wait_until(lambda: len(messages(stream)) == 5, timeout=10)
             assert [m["id"] for m in messages(stream)] == [1, 2, 3, 4, 5]
+
+
+async def silent(server: Any, msg: wire.Message) -> None:
+    return None
+
+
+async def test_cancellation_reaches_the_server_and_frees_the_slot() -> None:
+    """Issue #15: cancellation applies to an SSE client: its
+    notifications/cancelled goes upstream, and the cancelled request (which
+    gets no reply) no longer counts against `[http] max_concurrent`."""
+    seen: list[wire.Message] = []
+    async with http_gateway(legacy_server({"tools/call": silent}, log=seen)) as g:
+        stream = sse_get()
+        async with open_stream(g, stream) as endpoint:
+            await post(g, endpoint, INIT)
+            await stream.wait_until(lambda: len(messages(stream)) == 1)
+            await post(g, endpoint, wire.notification("notifications/initialized"))
+            call = wire.request(7, "tools/call", {"name": "t", "arguments": {}})
+            assert (await post(g, endpoint, call)).status_code == 202
+            with anyio.fail_after(5):
+                while not any(m.get("method") == "tools/call" for m in seen):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert g.front.access.busy == {"local": 1}, [m.get("method") for m in seen]
+            cancel = wire.notification("notifications/cancelled", {"requestId": 7})
+            assert (await post(g, endpoint, cancel)).status_code == 202
+            with anyio.fail_after(5):
+                while not any(m.get("method") == "notifications/cancelled" for m in seen):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert not g.front.access.busy
