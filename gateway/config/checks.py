@@ -249,6 +249,11 @@ def _check_state_keys(cfg: Config) -> None:
 
 
 def _check_http(cfg: Config) -> None:
+    if not isinstance(cfg.http_sse_front, bool):
+        raise ConfigError(
+            f"[http] sse_front must be true or false, not {cfg.http_sse_front!r}",
+            settings=("http_sse_front",),
+        )
     for host in cfg.http_allowed_hosts:
         try:
             authority.parse_host_name(host)

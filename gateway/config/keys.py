@@ -48,6 +48,7 @@ KEYS: dict[tuple[str, str], str] = {
     ("http", "sse_resume_window"): "http_sse_resume_window",
     ("http", "max_connections"): "http_max_connections",
     ("http", "affinity_cookie"): "http_affinity_cookie",
+    ("http", "sse_front"): "http_sse_front",
     ("mrtr", "state_key"): "state_key",
     ("mrtr", "instance_id"): "instance_id",
     ("mrtr", "state_ttl"): "state_ttl",

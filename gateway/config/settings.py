@@ -101,6 +101,9 @@ class Config:
     # The cookie that names this replica on `input_required` answers, for a
     # balancer to send the retry of a held call back here ("": none).
     http_affinity_cookie: str = "mcp_era_gateway_replica"
+    # The deprecated HTTP+SSE transport next to /mcp (GET /sse, POST
+    # /messages; gateway/fronts/sse_front.py), for clients of 2024-11-05.
+    http_sse_front: bool = True
 
     # Traces (the `otel` extra; runtime/tracing.py). On when enabled or an
     # endpoint is given; unset fields fall back to the standard OTEL_* variables.

@@ -49,12 +49,15 @@ class ClientGone:
     task per request; servers without it (tests' in-process ones) get the
     watcher."""
 
-    __slots__ = ("gone", "listener", "loop")
+    __slots__ = ("abort", "gone", "listener", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.gone = False
         self.listener: Callable[[], None] | None = None
         self.loop = loop  # the server's: waits on it need not look it up
+        # Drops the connection at once, unsent bytes and all: for a response
+        # whose client stopped reading, which could never be ended in order.
+        self.abort: Callable[[], None] | None = None
 
     def fire(self) -> None:
         if not self.gone:

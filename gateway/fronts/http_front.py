@@ -34,6 +34,7 @@ from gateway.fronts.http_sessions import HttpSessions
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.metrics import Metrics
 from gateway.fronts.port import GatewayPort
+from gateway.fronts.sse_front import MESSAGES_PATH, STREAM_PATH, SseFront
 
 ENDPOINT = "/mcp"
 
@@ -49,6 +50,11 @@ class HttpFront:
         self._sessions = HttpSessions(service, self._calls)
         # The plain POSTs, answered by the front's own server without a task.
         self.direct = DirectPosts(service, self.access, self._calls, self._sessions, self._tools)
+        # The deprecated HTTP+SSE transport's clients, when it is on.
+        self.sse = SseFront(service, self.access) if self.config.http_sse_front else None
+        if self.sse is not None:
+            # One `[http] max_sessions` for the legacy sessions of both transports.
+            self._sessions.others = self.sse.sessions.by_id
 
     @property
     def tg(self) -> TaskGroup | None:
@@ -59,6 +65,8 @@ class HttpFront:
     @tg.setter
     def tg(self, tg: TaskGroup | None) -> None:
         self._calls.tg = tg
+        if self.sse is not None:
+            self.sse.tg = tg
 
     @property
     def sessions(self) -> dict[str, LegacySession]:
@@ -84,9 +92,15 @@ class HttpFront:
                 await respond_text(
                     send,
                     200,
-                    self.metrics.render(self.service.snapshot(), len(self.sessions)),
+                    self.metrics.render(
+                        self.service.snapshot(),
+                        len(self.sessions),
+                        0 if self.sse is None else len(self.sse.sessions.by_id),
+                    ),
                     "text/plain; version=0.0.4",
                 )
+            elif self.sse is not None and path in (STREAM_PATH, MESSAGES_PATH):
+                await self._sse(scope, headers, receive, send)
             elif path != ENDPOINT:
                 await respond(
                     send, 404, wire.error_response(None, wire.METHOD_NOT_FOUND, "Not found")
@@ -111,6 +125,22 @@ class HttpFront:
         HTTP sidecar")."""
         status, body = readiness_answer(self.service.readiness())
         await respond(send, status, body if details else {"status": body["status"]})
+
+    async def _sse(
+        self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
+        """The deprecated HTTP+SSE transport: GET its stream, POST its messages."""
+        assert self.sse is not None
+        path, method = scope["path"], scope["method"]
+        principal = self.access.principal(headers)
+        if path == STREAM_PATH and method == "GET":
+            await self.sse.open_stream(
+                principal, len(self.sessions), receive, send, client_gone(scope)
+            )
+        elif path == MESSAGES_PATH and method == "POST":
+            await self.sse.post(scope.get("query_string", b""), headers, principal, receive, send)
+        else:
+            raise HttpError(405, "Method not allowed")
 
     # -- POST --------------------------------------------------------------------
     async def _post(
@@ -244,6 +274,8 @@ class HttpFront:
     def end_streams(self) -> None:
         """Shutdown begins: GET streams end now (they never would by themselves)."""
         self._sessions.end_get_streams()
+        if self.sse is not None:
+            self.sse.end_streams()
 
 
 def _refuse(refusal: http_requests.HeadRefusal | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sized
 
 import anyio
 import structlog
@@ -29,6 +30,8 @@ class HttpSessions:
         self.service = service
         self.calls = calls
         self.by_id: dict[str, LegacySession] = {}
+        # The front's other legacy sessions (HTTP+SSE), under the same limit.
+        self.others: Sized = ()
         self._max = service.config.http_max_sessions
         self._idle = service.config.http_session_idle
 
@@ -37,7 +40,7 @@ class HttpSessions:
     ) -> None:
         """Run a legacy `initialize`; its answer carries the new session's id
         if it opened a session upstream."""
-        if len(self.by_id) >= self._max:
+        if len(self.by_id) + len(self.others) >= self._max:
             raise HttpError(503, "Too many sessions", wire.INTERNAL_ERROR, msg.get("id"))
         output, link = http_link(principal)
         session = LegacySession(secrets.token_urlsafe(24), link, output)

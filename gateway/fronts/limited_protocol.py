@@ -153,6 +153,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             answer.respond(500, TEXT_HEADERS, b"Internal Server Error")
             return True
 
+    def _abort(self) -> None:
+        """The app gives up on its response (ClientGone.abort): the request
+        counts as left by its client, so the app may return unfinished."""
+        self._client_gone()
+        self.transport.abort()
+
     def serving(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
 
@@ -221,7 +227,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        extensions: dict[str, Any] = {CLIENT_GONE: ClientGone(self.loop)}
+        gone = ClientGone(self.loop)
+        gone.abort = self._abort
+        extensions: dict[str, Any] = {CLIENT_GONE: gone}
         self.scope["extensions"] = extensions
         self.guard.touch(self)
         self._begun += 1

@@ -82,8 +82,10 @@ class Metrics:
     def count_http_error(self, status: int) -> None:
         self.http_errors[status] += 1
 
-    def render(self, gateway: GatewaySnapshot, client_sessions: int) -> str:
-        """`client_sessions`: the legacy client sessions open on the front."""
+    def render(self, gateway: GatewaySnapshot, client_sessions: int, sse_sessions: int = 0) -> str:
+        """`client_sessions`: the legacy client sessions open on the front
+        over Streamable HTTP; `sse_sessions`: over the deprecated HTTP+SSE
+        transport."""
         lines = [
             *self.build_info,
             "# HELP mcp_gateway_requests_total Requests answered, by era path, method and outcome.",
@@ -122,7 +124,12 @@ class Metrics:
             ),
             "# HELP mcp_gateway_sessions Legacy client sessions open on the HTTP front.",
             "# TYPE mcp_gateway_sessions gauge",
-            f"mcp_gateway_sessions {client_sessions}",
+            f"mcp_gateway_sessions {client_sessions + sse_sessions}",
+            "# HELP mcp_gateway_client_sessions Legacy client sessions open on the HTTP front,"
+            " by transport.",
+            "# TYPE mcp_gateway_client_sessions gauge",
+            f'mcp_gateway_client_sessions{{transport="streamable-http"}} {client_sessions}',
+            f'mcp_gateway_client_sessions{{transport="sse"}} {sse_sessions}',
             "# HELP mcp_gateway_upstream_sessions Upstream sessions (processes or HTTP sessions).",
             "# TYPE mcp_gateway_upstream_sessions gauge",
             f"mcp_gateway_upstream_sessions {gateway.upstream_sessions}",
