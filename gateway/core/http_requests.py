@@ -41,7 +41,16 @@ def post_refusal(headers: Mapping[str, str], max_bytes: int) -> HeadRefusal | No
         return HeadRefusal(
             406, "Not Acceptable: Accept must list application/json and text/event-stream"
         )
-    ctype = headers.get("content-type", "")
+    return body_refusal(headers, max_bytes)
+
+
+def body_refusal(
+    headers: Mapping[str, str], max_bytes: int, assumed_type: str = ""
+) -> HeadRefusal | None:
+    """A message body's refusal from the head alone: not JSON (415), a
+    declared length over the message limit (413). `assumed_type`: the
+    content type when the head names none (HTTP+SSE clients may send none)."""
+    ctype = headers.get("content-type", assumed_type)
     if ctype.split(";")[0].strip().lower() != "application/json":
         return HeadRefusal(415, "Unsupported Media Type: the body must be application/json")
     declared = headers.get("content-length", "")

@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway import inbound, wire
+from gateway.core import http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, read_body, respond_empty
@@ -104,12 +105,9 @@ class SseFront:
     ) -> None:
         session = self._session_of(query, principal)
         limit = self.config.max_message_bytes
-        ctype = headers.get("content-type", "application/json")
-        if ctype.split(";")[0].strip().lower() != "application/json":
-            raise HttpError(415, "Unsupported Media Type: the body must be application/json")
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise HttpError(413, f"Payload Too Large: the limit is {limit} bytes", close=True)
+        refusal = http_requests.body_refusal(headers, limit, assumed_type="application/json")
+        if refusal is not None:
+            raise HttpError(refusal.status, refusal.message, close=refusal.close)
         body = await read_body(receive, limit)
         try:
             msg = wire.decode(body)
