@@ -37,7 +37,7 @@ class UpstreamWatch:
 
     async def run(self) -> None:
         """Until cancelled with the gateway's task group."""
-        while True:
+        while True:  # ends when the gateway's task group is cancelled at shutdown
             await self.check()
             await self.pause()
 
