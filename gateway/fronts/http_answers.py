@@ -235,14 +235,15 @@ async def serve_session_stream(stream: Inbox, receive: Receive, send: Send) -> N
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
         while True:  # ends when the client goes or the session ends
+            data = b": keep-alive\n\n"
+            # Only the wait is timed: a write cut short by the timer would
+            # lose a message already taken off the stream.
             with anyio.move_on_after(KEEPALIVE):
                 try:
-                    msg = await stream.get()
+                    data = sse_event(await stream.get())
                 except anyio.EndOfStream:
                     break
-                await send(chunk(sse_event(msg), more=True))
-                continue
-            await send(chunk(b": keep-alive\n\n", more=True))
+            await send(chunk(data, more=True))
         tg.cancel_scope.cancel()
     await send(chunk(b"", more=False))
 
