@@ -195,24 +195,28 @@ def test_the_latency_histogram_is_cumulative_per_era_path() -> None:
     """Prometheus histograms: each `le` bucket counts the observations at or
     under its bound, `+Inf` and `_count` all of them, `_sum` their total."""
     metrics = Metrics()
-    link = ClientLink(send=_never, send_nowait=print, principal="p", transport="http")
+    link = ClientLink(send=_never, send_nowait=print, principal="p", transport="streamable-http")
     reply = wire.result_response(1, {})
     for seconds in (0.001, 0.004, 0.004, 0.3, 99.0):
         metrics.observe_request("tools/call", link, reply, seconds, "legacy->legacy")
     metrics.observe_request("ping", link, reply, 0.0001, "modern->legacy")
     lines = metrics.render(SNAPSHOT, client_sessions=0).splitlines()
-    bucket = 'mcp_gateway_request_seconds_bucket{path="legacy->legacy",le="%s"} %d'
+    series = 'path="legacy->legacy",transport="streamable-http"'
+    bucket = "mcp_gateway_request_seconds_bucket{" + series + ',le="%s"} %d'
     for le, n in [("0.001", 1), ("0.0025", 1), ("0.005", 3), ("0.25", 3), ("0.5", 4)]:
         assert bucket % (le, n) in lines
     assert bucket % ("30.0", 4) in lines
-    assert 'mcp_gateway_request_seconds_bucket{path="legacy->legacy",le="+Inf"} 5' in lines
-    assert 'mcp_gateway_request_seconds_count{path="legacy->legacy"} 5' in lines
-    assert 'mcp_gateway_request_seconds_sum{path="legacy->legacy"} 99.309000' in lines
-    assert 'mcp_gateway_request_seconds_bucket{path="modern->legacy",le="0.001"} 1' in lines
+    assert f'mcp_gateway_request_seconds_bucket{{{series},le="+Inf"}} 5' in lines
+    assert f"mcp_gateway_request_seconds_count{{{series}}} 5" in lines
+    assert f"mcp_gateway_request_seconds_sum{{{series}}} 99.309000" in lines
     assert (
-        'mcp_gateway_requests_total{path="legacy->legacy",method="tools/call",outcome="ok"} 5'
-        in lines
-    )
+        'mcp_gateway_request_seconds_bucket{path="modern->legacy",transport="streamable-http",'
+        'le="0.001"} 1'
+    ) in lines
+    assert (
+        'mcp_gateway_requests_total{path="legacy->legacy",method="tools/call",outcome="ok",'
+        'transport="streamable-http"} 5'
+    ) in lines
 
 
 async def _never(msg: wire.Message) -> None:

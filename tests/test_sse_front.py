@@ -277,3 +277,38 @@ async def test_cancellation_reaches_the_server_and_frees_the_slot() -> None:
                 while not any(m.get("method") == "notifications/cancelled" for m in seen):  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             assert not g.front.access.busy
+
+
+async def test_requests_are_counted_by_transport() -> None:
+    """Issue #15: "metrics by transport": an SSE client's requests are
+    counted and timed under transport="sse", a Streamable HTTP client's under
+    transport="streamable-http", each with its era path, method and outcome."""
+    async with http_gateway(legacy_server({"tools/call": hello})) as g:
+        stream = sse_get()
+        async with open_stream(g, stream) as endpoint:
+            await post(g, endpoint, INIT)
+            await stream.wait_until(lambda: len(messages(stream)) == 1)
+            await post(g, endpoint, wire.notification("notifications/initialized"))
+            for n in (2, 3):
+                call = wire.request(n, "tools/call", {"name": "t", "arguments": {}})
+                assert (await post(g, endpoint, call)).status_code == 202
+            await stream.wait_until(lambda: len(messages(stream)) == 3)
+            modern = await g.modern("tools/call", {"name": "t", "arguments": {}})
+            assert modern.status_code == 200
+            text = (await g.client.get("/metrics")).text
+    sse = [
+        line
+        for line in text.splitlines()
+        if line.startswith("mcp_gateway_requests_total{") and 'transport="sse"' in line
+    ]
+    assert sse == [
+        'mcp_gateway_requests_total{path="legacy->legacy",method="initialize",outcome="ok",'
+        'transport="sse"} 1',
+        'mcp_gateway_requests_total{path="legacy->legacy",method="tools/call",outcome="ok",'
+        'transport="sse"} 2',
+    ], text
+    assert 'mcp_gateway_request_seconds_count{path="legacy->legacy",transport="sse"} 3' in text
+    assert (
+        'mcp_gateway_requests_total{path="modern->legacy",method="tools/call",outcome="ok",'
+        'transport="streamable-http"} 1'
+    ) in text, text

@@ -51,7 +51,7 @@ class HttpFront:
         # The plain POSTs, answered by the front's own server without a task.
         self.direct = DirectPosts(service, self.access, self._calls, self._sessions, self._tools)
         # The deprecated HTTP+SSE transport's clients, when it is on.
-        self.sse = SseFront(service, self.access) if self.config.http_sse_front else None
+        self.sse = SseFront(service, self.access, metrics) if self.config.http_sse_front else None
         if self.sse is not None:
             # One `[http] max_sessions` for the legacy sessions of both transports.
             self._sessions.others = self.sse.sessions.by_id

@@ -226,6 +226,9 @@ def http_link(principal: str) -> tuple[HttpOutput, ClientLink]:
     (one request's for a modern client, a legacy session's for its life)."""
     output = HttpOutput()
     link = ClientLink(
-        send=output.send, send_nowait=output.deliver, principal=principal, transport="http"
+        send=output.send,
+        send_nowait=output.deliver,
+        principal=principal,
+        transport="streamable-http",
     )
     return output, link

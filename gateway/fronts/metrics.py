@@ -43,12 +43,13 @@ class Metrics:
         # Method names counted by name: both revisions' methods, and the
         # vendor methods the operator lets through.
         self.known_methods = era.SPEC_METHODS | extra_methods
-        self.requests: Counter[tuple[str, str, str]] = Counter()
+        # (transport, era path, method, outcome) -> requests answered.
+        self.requests: Counter[tuple[str, str, str, str]] = Counter()
         self.http_errors: Counter[int] = Counter()
-        # Per era path: how many latencies fell in each bucket (not yet
-        # cumulative: one count a request; the last past every bound).
-        self.latency_buckets: dict[str, list[int]] = {}
-        self.latency_sum: dict[str, float] = {}
+        # Per (transport, era path): how many latencies fell in each bucket
+        # (not yet cumulative: one count a request; the last past every bound).
+        self.latency_buckets: dict[tuple[str, str], list[int]] = {}
+        self.latency_sum: dict[tuple[str, str], float] = {}
 
     def observe_request(
         self,
@@ -60,7 +61,8 @@ class Metrics:
     ) -> None:
         """`path`: the era path the call took (`UpstreamPool.path_for`), e.g.
         "legacy->legacy(dual)" for a legacy client a dual-era server serves
-        natively, "legacy->modern" for one translated onto a modern server."""
+        natively, "legacy->modern" for one translated onto a modern server.
+        The transport is the link's ("streamable-http", "sse")."""
         path = path or f"{'legacy' if link.session is not None else 'modern'}->upstream"
         error = reply.get("error")
         result = reply.get("result")
@@ -72,11 +74,12 @@ class Metrics:
             outcome = "ok"
         if method not in self.known_methods:
             method = OTHER
-        self.requests[(path, method, outcome)] += 1
-        self.latency_sum[path] = self.latency_sum.get(path, 0.0) + seconds
-        counts = self.latency_buckets.get(path)
+        self.requests[(link.transport, path, method, outcome)] += 1
+        key = (link.transport, path)
+        self.latency_sum[key] = self.latency_sum.get(key, 0.0) + seconds
+        counts = self.latency_buckets.get(key)
         if counts is None:
-            counts = self.latency_buckets[path] = [0] * (len(BUCKETS) + 1)
+            counts = self.latency_buckets[key] = [0] * (len(BUCKETS) + 1)
         counts[bisect.bisect_left(BUCKETS, seconds)] += 1  # the first bound it is <= to
 
     def count_http_error(self, status: int) -> None:
@@ -88,33 +91,32 @@ class Metrics:
         transport."""
         lines = [
             *self.build_info,
-            "# HELP mcp_gateway_requests_total Requests answered, by era path, method and outcome.",
+            "# HELP mcp_gateway_requests_total Requests answered, by era path, method,"
+            " outcome and client transport.",
             "# TYPE mcp_gateway_requests_total counter",
         ]
-        for (path, method, outcome), n in sorted(self.requests.items()):
+        for (transport, path, method, outcome), n in sorted(self.requests.items()):
             labels = (
                 f'path="{label_value(path)}",method="{label_value(method)}",'
-                f'outcome="{label_value(outcome)}"'
+                f'outcome="{label_value(outcome)}",transport="{label_value(transport)}"'
             )
             lines.append(f"mcp_gateway_requests_total{{{labels}}} {n}")
         lines += [
-            "# HELP mcp_gateway_request_seconds Time from request to answer, by era path.",
+            "# HELP mcp_gateway_request_seconds Time from request to answer, by era path and"
+            " client transport.",
             "# TYPE mcp_gateway_request_seconds histogram",
         ]
-        for path in sorted(self.latency_buckets):
-            name = label_value(path)
+        for key in sorted(self.latency_buckets):
+            transport, path = key
+            series = f'path="{label_value(path)}",transport="{label_value(transport)}"'
             n = 0
-            for bound, in_bucket in zip(BUCKETS, self.latency_buckets[path], strict=False):
+            for bound, in_bucket in zip(BUCKETS, self.latency_buckets[key], strict=False):
                 n += in_bucket
-                lines.append(
-                    f'mcp_gateway_request_seconds_bucket{{path="{name}",le="{bound}"}} {n}'
-                )
-            count = sum(self.latency_buckets[path])
-            lines.append(f'mcp_gateway_request_seconds_bucket{{path="{name}",le="+Inf"}} {count}')
-            lines.append(
-                f'mcp_gateway_request_seconds_sum{{path="{name}"}} {self.latency_sum[path]:.6f}'
-            )
-            lines.append(f'mcp_gateway_request_seconds_count{{path="{name}"}} {count}')
+                lines.append(f'mcp_gateway_request_seconds_bucket{{{series},le="{bound}"}} {n}')
+            count = sum(self.latency_buckets[key])
+            lines.append(f'mcp_gateway_request_seconds_bucket{{{series},le="+Inf"}} {count}')
+            lines.append(f"mcp_gateway_request_seconds_sum{{{series}}} {self.latency_sum[key]:.6f}")
+            lines.append(f"mcp_gateway_request_seconds_count{{{series}}} {count}")
         lines += [
             "# HELP mcp_gateway_http_errors_total Requests refused at the HTTP layer, by status.",
             "# TYPE mcp_gateway_http_errors_total counter",

@@ -13,6 +13,7 @@ checked Host and found the principal before it routes here).
 
 from __future__ import annotations
 
+import time
 from urllib.parse import parse_qs
 
 import anyio
@@ -23,6 +24,7 @@ from gateway.core import http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, read_body, respond_empty
+from gateway.fronts.metrics import Metrics
 from gateway.fronts.port import GatewayPort
 from gateway.fronts.sse_sessions import SESSION_ID, SseSession, SseSessions
 
@@ -40,11 +42,11 @@ def endpoint_event(session_id: str) -> bytes:
 
 
 class SseFront:
-    def __init__(self, service: GatewayPort, access: HttpAccess) -> None:
+    def __init__(self, service: GatewayPort, access: HttpAccess, metrics: Metrics) -> None:
         self.service = service
         self.config = service.config
         self.access = access
-        self.sessions = SseSessions(service, access)
+        self.sessions = SseSessions(service, access, metrics)
         self.keepalive = KEEPALIVE
         self.tg: TaskGroup | None = None  # the server's, where the service runs each call
 
@@ -130,7 +132,7 @@ class SseFront:
         assert self.tg is not None
         if kind is wire.Kind.REQUEST:
             self.access.begin(principal, msg["id"])  # 429 past the principal's limit
-            session.pending.add(msg["id"])
+            session.pending[msg["id"]] = (msg["method"], time.perf_counter())
             # Handed over before the 202 is written (no wait between the
             # check above and here): a session that ends meanwhile would
             # otherwise be given a call after its link was dropped. The
@@ -143,7 +145,7 @@ class SseFront:
                 # A cancelled request gets no reply: it no longer counts.
                 cancelled = (msg.get("params") or {}).get("requestId")
                 if cancelled in session.pending:
-                    session.pending.discard(cancelled)
+                    del session.pending[cancelled]
                     self.access.end(principal)
             await self.service.handle_client_message(link, msg, self.tg, checked=True)
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_output import MAX_QUEUED
+from gateway.fronts.metrics import Metrics
 from gateway.fronts.port import GatewayPort
 from gateway.log_limit import LogLimiter
 
@@ -88,8 +90,9 @@ class SseSession:
     id: str
     link: ClientLink
     outbox: EventQueue = field(default_factory=EventQueue)
-    # The client's requests not yet answered, counted against its principal.
-    pending: set[wire.RequestId] = field(default_factory=set)
+    # The client's requests not yet answered, counted against its principal:
+    # their method and when they came (for the request metrics).
+    pending: dict[wire.RequestId, tuple[str, float]] = field(default_factory=dict)
     # The stream's writer: cancelled to cut a stream its client does not read.
     scope: anyio.CancelScope | None = None
     ended_why: str | None = None
@@ -97,9 +100,10 @@ class SseSession:
 
 
 class SseSessions:
-    def __init__(self, service: GatewayPort, access: HttpAccess) -> None:
+    def __init__(self, service: GatewayPort, access: HttpAccess, metrics: Metrics) -> None:
         self.service = service
         self.access = access
+        self.metrics = metrics
         self.by_id: dict[str, SseSession] = {}
         self.max_queued = MAX_QUEUED
         # Many clients that stop reading at once must not flood the log.
@@ -135,8 +139,15 @@ class SseSessions:
         if session.ended_why is not None:
             return
         if "method" not in msg and msg.get("id") in session.pending:
-            session.pending.discard(msg["id"])
+            method, started = session.pending.pop(msg["id"])
             self.access.end(session.link.principal)
+            self.metrics.observe_request(
+                method,
+                session.link,
+                msg,
+                time.perf_counter() - started,
+                self.service.path_for(True),
+            )
         data = message_event(msg)
         outbox = session.outbox
         if len(outbox) >= self.max_queued or outbox.size + len(data) > self.max_queued_bytes:
