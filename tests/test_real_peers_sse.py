@@ -1,50 +1,110 @@
-"""Issue #15 with real peers: the mcp 1.30 `sse_client` (the deprecated
-HTTP+SSE transport) through the gateway's SSE front to a legacy, a
-modern-only and a dual-era server over stdio (tests/servers/py1_sse_client.py).
+"""Issue #15 with real peers: the mcp 1.30 `sse_client` and the TS SDK 1.x
+`SSEClientTransport` (the deprecated HTTP+SSE transport) through the
+gateway's SSE front to a legacy (mcp 1.30 FastMCP), a modern-only and a
+dual-era (mcp 2.3) server, each wrapped over stdio and served over
+Streamable HTTP behind the gateway's HTTP back.
 
-Issue #15: "Such a client is a legacy client: everything the gateway does
-for legacy clients applies (sessions, the MRTR bridge as server requests on
-its stream, progress, cancellation ...)". The peers come from
-`bash peers/install.sh`; when they are missing the tests FAIL, never skip.
+Issue #15, "Tests": "list and call tools, an elicitation and a sampling
+round trip, progress, cancellation, a resource subscription"; "Such a
+client is a legacy client: everything the gateway does for legacy clients
+applies (sessions, the MRTR bridge as server requests on its stream,
+progress, cancellation, logging, subscriptions ...)". The clients are
+tests/servers/py1_sse_client.py and tests/servers/ts1_sse_client.mjs. The
+peers come from `bash peers/install.sh`; when they are missing the tests
+FAIL, never skip.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
-from tests.test_real_peers_notifications import http_gateway_process
+from tests.test_http_back import Peer, free_port
 
 pytestmark = pytest.mark.peers
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / ".peers"
 PY1, PY2 = str(PEERS / "py1/bin/python"), str(PEERS / "py2/bin/python")
-CLIENT = str(REPO / "tests/servers/py1_sse_client.py")
-LEGACY = [PY1, str(REPO / "compat_matrix/peers/py1_server.py")]
-MODERN = [PY2, str(REPO / "compat_matrix/peers/py2_modern_server.py")]
-DUAL = [PY2, str(REPO / "compat_matrix/peers/py2_push_server.py")]
+TS_SDK = PEERS / "node/node_modules/@modelcontextprotocol/sdk/package.json"
+SRC = REPO / "compat_matrix/peers"
+# Each server era: its command, and its flags. The legacy fixture declares
+# resources.subscribe only with --notify; the mcp 2.3 ones always do.
+SERVERS = {
+    "legacy": [PY1, str(SRC / "py1_server.py"), "--notify"],
+    "modern": [PY2, str(SRC / "py2_modern_server.py")],
+    "dual": [PY2, str(SRC / "py2_push_server.py")],
+}
+ROOT = "file:///srv/sse-root"
 
 
 def peers_installed() -> None:
-    for peer in (PY1, PY2):
+    for peer in (PY1, PY2, str(TS_SDK)):
         if not Path(peer).exists():
             pytest.fail(f"peer missing: {peer} (run `bash peers/install.sh`)", pytrace=False)
 
 
-async def sse_client_through_gateway(tmp_path: Path, server: list[str]) -> dict[str, Any]:
+@asynccontextmanager
+async def gateway_with_sse(tmp_path: Path, server: str, back: str) -> AsyncIterator[str]:
+    """The gateway listening on HTTP in front of the `server` era's fixture,
+    wrapped over stdio or served over HTTP (`back`); the SSE front's URL."""
     peers_installed()
-    async with http_gateway_process(tmp_path, server) as (client, _):
-        url = str(client.base_url.join("/sse"))
-        with anyio.fail_after(120):
-            done = await anyio.run_process(
-                [PY1, CLIENT, url], cwd=REPO, check=False, stdin=subprocess.DEVNULL
-            )
+    upstream: Peer | None = None
+    if back == "http":
+        server_port = free_port()
+        upstream = Peer([*SERVERS[server], "--http", str(server_port)], server_port)
+        upstream.start()
+        upstream.wait_listening(time.monotonic() + 30)
+        target = ["--upstream", upstream.url]
+    else:
+        target = ["--", *SERVERS[server]]
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "gateway", "--listen", f"127.0.0.1:{port}",
+        "--log-level", "warning", *target,
+    ]  # fmt: skip
+    try:
+        with (tmp_path / "gateway.stderr").open("wb") as err:
+            process = await anyio.open_process(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
+                env=dict(os.environ),
+            )  # fmt: skip
+            try:
+                base = f"http://127.0.0.1:{port}"
+                async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+                    with anyio.fail_after(30):
+                        while True:  # each pass asks /readyz once
+                            try:
+                                if (await client.get("/readyz")).status_code == 200:
+                                    break
+                            except httpx.TransportError:
+                                pass
+                            await anyio.sleep(0.05)
+                yield f"{base}/sse"
+            finally:
+                if process.returncode is None:
+                    process.terminate()
+                with anyio.fail_after(10):
+                    await process.wait()
+    finally:
+        if upstream is not None:
+            upstream.stop()
+
+
+async def run_client(argv: list[str]) -> dict[str, Any]:
+    with anyio.fail_after(120):
+        done = await anyio.run_process(argv, cwd=REPO, check=False, stdin=subprocess.DEVNULL)
     lines = done.stdout.decode().strip().splitlines()
     assert done.returncode == 0 and lines, done.stderr.decode()[-3000:]
     out: dict[str, Any] = json.loads(lines[-1])
@@ -52,60 +112,45 @@ async def sse_client_through_gateway(tmp_path: Path, server: list[str]) -> dict[
 
 
 def assert_legacy_session_works(out: dict[str, Any]) -> None:
-    assert {"echo", "progress", "ask_name", "slow"} <= set(out["tools"]), out
+    """What both clients check, whatever the server's era and the back."""
+    assert {"echo", "progress", "ask_name", "summarize", "add_note", "slow"} <= set(out["tools"])
     assert out["echo"] == ["hi"], out
-    # Progress notifications reach the client on its stream.
-    assert out["progress"]["seen"] == [1.0, 2.0, 3.0], out
-    # "the MRTR bridge as server requests on its stream": the elicitation
-    # arrives as elicitation/create and the client's POSTed answer completes the call.
+    # Progress notifications reach the client on its stream, before the result.
+    assert out["progress"]["seen"] == [1, 2, 3], out
+    assert out["progress"]["text"] == ["completed 3 steps"], out
+    # "the MRTR bridge as server requests on its stream": each request the
+    # server makes (pushed by a legacy or dual-push server, input_required
+    # from a modern one) arrives as a server request; the client's POSTed
+    # answer completes the call.
     assert out["ask_name"] == ["Hello, Ada"], out
-    assert out["asked"] == ["elicitation/create"], out
+    assert out["summarize"] == ["sampled(Summarize: abc)"], out
+    assert out["roots"] == [ROOT], out
+    assert out["asked"] == ["elicitation/create", "sampling/createMessage", "roots/list"], out
+    # A resource subscription: resources/subscribe, then the update on the stream.
+    assert out["updated"] == ["notes://sse"], out
     # Cancellation: the client gives up (notifications/cancelled) and the
     # session goes on.
-    assert "Timed out" in out["cancelled"], out
+    assert out["cancelled"] != "answered", out
     assert out["after_cancel"] == ["again"], out
 
 
-async def test_sse_client_to_legacy_server(tmp_path: Path) -> None:
-    """A 2024-style SSE client reaches a legacy stdio server through the gateway."""
-    out = await sse_client_through_gateway(tmp_path, LEGACY)
-    assert out["server"] == "py1-fixture", out
+ROUTES = [(server, back) for back in ("stdio", "http") for server in SERVERS]
+IDS = [f"{server}-over-{back}" for server, back in ROUTES]
+
+
+@pytest.mark.parametrize(("server", "back"), ROUTES, ids=IDS)
+async def test_mcp_sse_client(tmp_path: Path, server: str, back: str) -> None:
+    """mcp 1.30 `sse_client` + `ClientSession` through the SSE front."""
+    async with gateway_with_sse(tmp_path, server, back) as url:
+        out = await run_client([PY1, str(REPO / "tests/servers/py1_sse_client.py"), url])
     assert_legacy_session_works(out)
+    if server == "legacy":
+        assert out["server"] == "py1-fixture", out
 
 
-async def test_sse_client_to_modern_only_server(tmp_path: Path) -> None:
-    """Translated onto a modern-only server: its input_required becomes an
-    elicitation/create request on the SSE stream."""
-    out = await sse_client_through_gateway(tmp_path, MODERN)
+@pytest.mark.parametrize(("server", "back"), ROUTES, ids=IDS)
+async def test_ts_sdk_sse_client(tmp_path: Path, server: str, back: str) -> None:
+    """The TS SDK 1.x `SSEClientTransport` + `Client` through the SSE front."""
+    async with gateway_with_sse(tmp_path, server, back) as url:
+        out = await run_client(["node", str(REPO / "tests/servers/ts1_sse_client.mjs"), url])
     assert_legacy_session_works(out)
-
-
-async def test_sse_client_to_dual_era_server(tmp_path: Path) -> None:
-    """A dual-era server that pushes its elicitation to a legacy session."""
-    out = await sse_client_through_gateway(tmp_path, DUAL)
-    assert_legacy_session_works(out)
-
-
-async def test_ts_sdk_sse_client_to_legacy_server(tmp_path: Path) -> None:
-    """The TS SDK 1.x `SSEClientTransport` lists and calls a tool through the
-    SSE front (issue #15: "the TS SDK 1.x `SSEClientTransport` ... list and
-    call tools")."""
-    peers_installed()
-    sdk = PEERS / "node/node_modules/@modelcontextprotocol/sdk/package.json"
-    if not sdk.exists():
-        pytest.fail(f"peer missing: {sdk} (run `bash peers/install.sh`)", pytrace=False)
-    async with http_gateway_process(tmp_path, LEGACY) as (client, _):
-        url = str(client.base_url.join("/sse"))
-        with anyio.fail_after(90):
-            done = await anyio.run_process(
-                ["node", str(REPO / "tests/servers/ts1_sse_client.mjs"), url],
-                cwd=REPO,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-    lines = done.stdout.decode().strip().splitlines()
-    assert done.returncode == 0 and lines, done.stderr.decode()[-3000:]
-    out = json.loads(lines[-1])
-    assert out["server"] == "py1-fixture", out
-    assert "echo" in out["tools"], out
-    assert out["echo"] == ["hi"], out
