@@ -9,6 +9,7 @@ import anyio
 import orjson
 
 from gateway import wire
+from gateway.backs.http_back import HttpServerConnection
 from gateway.config import Config
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
@@ -24,6 +25,17 @@ async def _ignore(session: UpstreamSession, msg: wire.Message) -> None:
         )
 
 
+def upstream_transport(pool: UpstreamPool) -> str:
+    """How the gateway reached the upstream: an operator whose server still
+    speaks only the deprecated HTTP+SSE transport should see it said."""
+    if pool.http is None:
+        return "stdio"
+    for process in pool.supervisor.processes.values():
+        if isinstance(process, HttpServerConnection) and process.sse_endpoint is not None:
+            return "http+sse"
+    return "streamable-http"
+
+
 async def run_probe(config: Config) -> int:
     pool = UpstreamPool(config, _ignore)
     started = time.monotonic()
@@ -32,7 +44,11 @@ async def run_probe(config: Config) -> int:
         try:
             # One attempt: the command reports it rather than try again.
             await pool.ready(retry=False)
-            report = {**pool.describe(), "probe": pool.probe_report}
+            report = {
+                **pool.describe(),
+                "transport": upstream_transport(pool),
+                "probe": pool.probe_report,
+            }
             code = 0
         except UpstreamUnavailable as exc:
             report = {"era": None, "error": str(exc)}

@@ -95,7 +95,10 @@ def test_push_tool_through_the_gateway_over_http(push_http: str) -> None:
 def test_probe_says_dual_for_the_push_server(push_http: str) -> None:
     """Issue 10: `probe` prints `"era": "dual"` with both eras' versions and
     how it found out, over stdio and over HTTP."""
-    for target in (["--", PY2, SERVER], ["--upstream", push_http]):
+    for target, transport in (
+        (["--", PY2, SERVER], "stdio"),
+        (["--upstream", push_http], "streamable-http"),
+    ):
         done = subprocess.run(
             [sys.executable, "-m", "gateway", "probe", "--log-level", "warning", *target],
             cwd=REPO,
@@ -106,6 +109,7 @@ def test_probe_says_dual_for_the_push_server(push_http: str) -> None:
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         report = json.loads(done.stdout)
         assert report["era"] == "dual", report
+        assert report["transport"] == transport, report
         assert report["modern"]["protocolVersion"] == "2026-07-28"
         assert report["legacy"]["protocolVersion"] == "2025-11-25"
         assert report["legacy"]["serverInfo"]["name"] == "py2-fixture"

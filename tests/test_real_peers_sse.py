@@ -56,12 +56,17 @@ def peers_installed() -> None:
 
 
 @asynccontextmanager
-async def gateway_with_sse(tmp_path: Path, server: str, back: str) -> AsyncIterator[str]:
+async def gateway_with_sse(
+    tmp_path: Path, server: str, back: str, upstream_url: str | None = None
+) -> AsyncIterator[str]:
     """The gateway listening on HTTP in front of the `server` era's fixture,
-    wrapped over stdio or served over HTTP (`back`); the SSE front's URL."""
+    wrapped over stdio or served over HTTP (`back`), or in front of
+    `upstream_url`; the SSE front's URL."""
     peers_installed()
     upstream: Peer | None = None
-    if back == "http":
+    if upstream_url is not None:
+        target = ["--upstream", upstream_url]
+    elif back == "http":
         server_port = free_port()
         upstream = Peer([*SERVERS[server], "--http", str(server_port)], server_port)
         upstream.start()
@@ -154,3 +159,34 @@ async def test_ts_sdk_sse_client(tmp_path: Path, server: str, back: str) -> None
     async with gateway_with_sse(tmp_path, server, back) as url:
         out = await run_client(["node", str(REPO / "tests/servers/ts1_sse_client.mjs"), url])
     assert_legacy_session_works(out)
+
+
+async def test_an_sse_only_upstream_is_probed_and_served(tmp_path: Path) -> None:
+    """Issue #15: "`probe` and the HTTP back keep detecting upstreams that
+    only speak HTTP+SSE": mcp 1.30 FastMCP served over HTTP+SSE alone
+    (tests/servers/py1_fixture_over_sse.py) is probed legacy, and the oldest client
+    reaches it over HTTP+SSE on both sides of the gateway, every feature."""
+    peers_installed()
+    port = free_port()
+    upstream = Peer([PY1, str(REPO / "tests/servers/py1_fixture_over_sse.py"), str(port)], port)
+    upstream.path = "/sse"
+    upstream.start()
+    try:
+        upstream.wait_listening(time.monotonic() + 30)
+        with anyio.fail_after(60):
+            probed = await anyio.run_process(
+                [sys.executable, "-m", "gateway", "probe", "--log-level", "warning",
+                 "--upstream", upstream.url],
+                cwd=REPO, check=False, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        assert probed.returncode == 0, probed.stderr.decode()[-2000:]
+        report = json.loads(probed.stdout)
+        assert report["era"] == "legacy", report
+        assert report["transport"] == "http+sse", report
+        assert report["serverInfo"]["name"] == "py1-fixture", report
+        async with gateway_with_sse(tmp_path, "legacy", "http", upstream.url) as url:
+            out = await run_client([PY1, str(REPO / "tests/servers/py1_sse_client.py"), url])
+    finally:
+        upstream.stop()
+    assert_legacy_session_works(out)
+    assert out["server"] == "py1-fixture", out

@@ -192,6 +192,7 @@ async def test_probe_command_reports_the_era() -> None:
     )
     report = orjson.loads(result.stdout)
     assert report["era"] == "legacy"
+    assert report["transport"] == "stdio"
     assert report["serverInfo"] == {"name": "notes-example", "version": "1.0.0"}
     assert report["elapsedMs"] > 0
 
