@@ -133,6 +133,11 @@ def assert_legacy_session_works(out: dict[str, Any]) -> None:
     assert out["asked"] == ["elicitation/create", "sampling/createMessage", "roots/list"], out
     # A resource subscription: resources/subscribe, then the update on the stream.
     assert out["updated"] == ["notes://sse"], out
+    # Logging: logging/setLevel reaches the server (or, for a modern one,
+    # the gateway filters for the session), and what is logged comes on the
+    # stream, at the level set or above.
+    assert out["log_levels"] == ["logged"], out
+    assert out["logged"] == ["warning", "error"], out
     # Cancellation: the client gives up (notifications/cancelled) and the
     # session goes on.
     assert out["cancelled"] != "answered", out

@@ -4,7 +4,8 @@ call `echo`, `progress` (with a progress callback), `ask_name` (answering
 the server's elicitation with `{"name": "Ada"}`), `summarize` (answering its
 sampling request), `list_my_roots` (answering roots/list), subscribe to
 `notes://sse` and wait for its `notifications/resources/updated` after
-`add_note`, and cancel a `slow` call; prints the outcome as one JSON line.
+`add_note`, set the log level to warning and call `log_levels`, and cancel
+a `slow` call; prints the outcome as one JSON line.
 
     .peers/py1/bin/python tests/servers/py1_sse_client.py http://HOST:PORT/sse
 """
@@ -68,10 +69,11 @@ def texts(result: Any) -> list[str]:
 
 
 class Updates:
-    """The resources/updated notifications the session hands over."""
+    """The resources/updated and log notifications the session hands over."""
 
     def __init__(self) -> None:
         self.uris: list[str] = []
+        self.levels: list[str] = []
         self.arrived = anyio.Event()
 
     async def handle(
@@ -83,6 +85,8 @@ class Updates:
             if root.method == "notifications/resources/updated":
                 self.uris.append(str(root.params.uri))
                 self.arrived.set()
+            elif root.method == "notifications/message":
+                self.levels.append(root.params.level)
 
 
 async def run(url: str) -> dict[str, Any]:
@@ -122,6 +126,10 @@ async def run(url: str) -> dict[str, Any]:
         with anyio.move_on_after(10):
             await updates.arrived.wait()
         out["updated"] = updates.uris
+        # Logging: the level the client sets holds for what reaches it.
+        await session.set_logging_level("warning")
+        out["log_levels"] = texts(await session.call_tool("log_levels", {}))
+        out["logged"] = updates.levels
         # A call the client gives up on: the SDK sends notifications/cancelled.
         try:
             await session.call_tool(

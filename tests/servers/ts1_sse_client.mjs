@@ -5,7 +5,8 @@
 // (answering its sampling request), `list_my_roots` (answering roots/list),
 // subscribes to notes://sse and waits for its resources/updated after
 // `add_note`, gives up on a `slow` call (an abort: notifications/cancelled),
-// and calls `echo` again. `progress.seen` is what came on the wire before the
+// and calls `echo` again; between, it sets the log level to warning and calls
+// `log_levels`. `progress.seen` is what came on the wire before the
 // result, `progress.handed` what the SDK passed to `onprogress`. Prints one JSON line, the same keys as
 // tests/servers/py1_sse_client.py; exit 0 iff it got that far.
 //
@@ -76,9 +77,11 @@ try {
     // that arrives in the same read as the result. What the client checks is
     // the wire: the progress notifications that came before the result.
     const wire = [];
+    const logged = [];
     const onmessage = transport.onmessage;
     transport.onmessage = (message, extra) => {
         if (message.method === 'notifications/progress') wire.push(message.params.progress);
+        if (message.method === 'notifications/message') logged.push(message.params.level);
         onmessage(message, extra);
     };
     const out = { server: client.getServerVersion()?.name ?? null };
@@ -102,6 +105,10 @@ try {
     await call('add_note', { name: 'sse', text: 'one' });
     await arrived;
     out.updated = updated;
+    // Logging: the level the client sets holds for what reaches it.
+    await client.setLoggingLevel('warning');
+    out.log_levels = texts(await call('log_levels', {}));
+    out.logged = logged;
     // A call the client gives up on: the SDK sends notifications/cancelled.
     const abort = new AbortController();
     setTimeout(() => abort.abort('gave up'), 500);
