@@ -19,6 +19,7 @@ from gateway.config.environment import from_environ
 from gateway.fronts.asgi import CLIENT_GONE, ClientGone
 from tests.inprocess import Exchange, HttpGateway, http_gateway
 from tests.log_events import log_events
+from tests.mock_clock import on_mock_clock
 from tests.scripted import legacy_server
 
 INIT = wire.request(
@@ -312,3 +313,39 @@ async def test_requests_are_counted_by_transport() -> None:
         'mcp_gateway_requests_total{path="modern->legacy",method="tools/call",outcome="ok",'
         'transport="streamable-http"} 1'
     ) in text, text
+
+
+@on_mock_clock
+async def test_idle_sessions_of_both_transports_end() -> None:
+    """`[http] session_idle` holds for SSE sessions as for Streamable HTTP
+    ones (issue #15: "everything the gateway does for legacy clients
+    applies (sessions, ... limits)"): an open stream alone does not keep a
+    session nobody POSTs to, or a client could hold `[http] max_sessions`
+    with idle streams. The stream ends whole, a later POST gets 404, one log
+    line says why; a session in use is kept."""
+    async with http_gateway(legacy_server(), http_session_idle=100) as g:
+        with log_events() as logged:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(g.front.expire_idle_sessions)
+                idle, used = sse_get(), sse_get()
+                async with open_stream(g, idle) as idle_endpoint, open_stream(g, used) as endpoint:
+                    init = await g.post(INIT)
+                    http_session = init.headers["mcp-session-id"]
+                    for _ in range(3):  # the used one POSTs every 60 s
+                        await anyio.sleep(60)
+                        ping = wire.request(5, "ping", {})
+                        assert (await post(g, endpoint, ping)).status_code == 202
+                    await idle.wait_until(idle.ended.is_set, timeout=1)
+                    assert (await post(g, idle_endpoint, INIT)).status_code == 404
+                    assert not used.ended.is_set()
+                    again = await g.post(
+                        wire.request(2, "ping", {}),
+                        {"mcp-session-id": http_session, "mcp-protocol-version": "2024-11-05"},
+                    )
+                    assert again.status_code == 404
+                tg.cancel_scope.cancel()
+    assert [e["why"] for e in logged.entries if e["event"] == "sse session ended"] == [
+        "idle",
+        "the client closed the stream",
+    ]
+    assert [e["why"] for e in logged.entries if e["event"] == "http session ended"] == ["idle"]

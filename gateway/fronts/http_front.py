@@ -12,6 +12,7 @@ the legacy sessions http_sessions'.
 
 from __future__ import annotations
 
+import anyio
 from anyio.abc import TaskGroup
 
 from gateway import inbound, wire
@@ -262,8 +263,15 @@ class HttpFront:
         self._sessions.end(session, why)
 
     async def expire_idle_sessions(self) -> None:
-        """End legacy sessions nobody used for `http_session_idle` seconds."""
-        await self._sessions.expire_idle()
+        """End legacy sessions, of both transports, nobody used for
+        `http_session_idle` seconds."""
+        idle = self.config.http_session_idle
+        while True:  # each pass sleeps a tenth of the idle limit; cancelled at shutdown
+            await anyio.sleep(min(idle / 10, 60))
+            cutoff = anyio.current_time() - idle
+            self._sessions.expire_idle(cutoff)
+            if self.sse is not None:
+                self.sse.sessions.expire_idle(cutoff)
 
     def cut_off_calls(self) -> None:
         """The shutdown grace is over: every call still waiting is answered

@@ -7,7 +7,6 @@ DELETE, idle expiry or shutdown; each with its GET stream (2025-11-25
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sized
 
 import anyio
@@ -33,7 +32,6 @@ class HttpSessions:
         # The front's other legacy sessions (HTTP+SSE), under the same limit.
         self.others: Sized = ()
         self._max = service.config.http_max_sessions
-        self._idle = service.config.http_session_idle
 
     async def initialize(
         self, principal: str, msg: wire.Message, receive: Receive, send: Send
@@ -74,7 +72,7 @@ class HttpSessions:
             raise HttpError(404, "Session not found", msg_id=msg_id)
         if session.link.principal != principal:
             raise HttpError(404, "Session not found", msg_id=msg_id)
-        session.last_seen = time.monotonic()
+        session.last_seen = anyio.current_time()
         return session
 
     async def serve_get(
@@ -116,14 +114,11 @@ class HttpSessions:
         for session in self.by_id.values():
             session.output.close_get()
 
-    async def expire_idle(self) -> None:
-        """End sessions nobody used for `http_session_idle` seconds; sweep
-        the ended streams the others keep for resumption."""
-        while True:  # each pass sleeps a tenth of the idle limit
-            await anyio.sleep(min(self._idle / 10, 60))
-            cutoff = time.monotonic() - self._idle
-            for session in list(self.by_id.values()):
-                if session.last_seen < cutoff and not session.link.inflight:
-                    self.end(session, "idle")
-                else:
-                    session.streams.sweep(anyio.current_time(), self.calls.streams.window)
+    def expire_idle(self, cutoff: float) -> None:
+        """End the sessions nobody used since `cutoff` (anyio.current_time());
+        sweep the ended streams the others keep for resumption."""
+        for session in list(self.by_id.values()):
+            if session.last_seen < cutoff and not session.link.inflight:
+                self.end(session, "idle")
+            else:
+                session.streams.sweep(anyio.current_time(), self.calls.streams.window)

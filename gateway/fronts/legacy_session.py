@@ -3,8 +3,9 @@ client link, where its messages go, and its resumable streams."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+
+import anyio
 
 from gateway.client_link import ClientLink
 from gateway.fronts.http_output import HttpOutput
@@ -16,7 +17,7 @@ class LegacySession:
     id: str
     link: ClientLink
     output: HttpOutput
-    last_seen: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=anyio.current_time)
     streams: SessionStreams = field(default_factory=SessionStreams)
 
     @property

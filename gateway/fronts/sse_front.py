@@ -128,6 +128,7 @@ class SseFront:
                 )
         if session.ended_why is not None:  # ended while the body came
             raise HttpError(404, "Session not found")
+        session.last_seen = anyio.current_time()
         link = session.link
         assert self.tg is not None
         if kind is wire.Kind.REQUEST:

@@ -97,6 +97,9 @@ class SseSession:
     scope: anyio.CancelScope | None = None
     ended_why: str | None = None
     cut: bool = False
+    # When the client last POSTed (anyio.current_time()): an open stream
+    # alone does not keep a session that nobody uses.
+    last_seen: float = field(default_factory=anyio.current_time)
 
 
 class SseSessions:
@@ -185,6 +188,14 @@ class SseSessions:
         self.service.drop_link(session.link)
         if not session.cut:  # a cut stream's warning said it already
             log.info("sse session ended", session=session.id[:8], why=why)
+
+    def expire_idle(self, cutoff: float) -> None:
+        """End the sessions whose client has POSTed nothing since `cutoff`
+        and waits for no reply (`[http] session_idle`, as for Streamable
+        HTTP sessions): their streams end, and the client reconnects."""
+        for session in list(self.by_id.values()):
+            if session.last_seen < cutoff and not session.pending and not session.link.inflight:
+                self.stop(session, "idle")
 
     def stop_all(self, why: str) -> None:
         for session in list(self.by_id.values()):
