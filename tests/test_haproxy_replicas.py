@@ -302,3 +302,37 @@ async def test_rotating_the_state_key_across_replicas_mid_load(tmp_path: Path) -
     print(f"\nkey rotation: {counts}")
     assert counts["failed"] == 0, failures[:3]
     assert counts["ok"] > 50, counts
+
+
+async def test_http_sse_sessions_stay_on_their_replica(tmp_path: Path) -> None:
+    """Issue #15 behind the load balancer: an HTTP+SSE client's POSTs
+    (`/messages?session_id=...`) must reach the replica holding its stream;
+    round robin would send two in three elsewhere (404). HAProxy learns the
+    session from the Mcp-Session-Id the gateway also sets on the GET /sse
+    response and sticks on the POSTs' session_id. Three mcp 1.30 SSE clients
+    at once, every step (tools, progress, elicitation, sampling, roots, a
+    subscription, cancellation), the legacy fixture per replica."""
+    server = ["--", str(PY1), str(ROOT / "compat_matrix/peers/py1_server.py"), "--notify"]
+    outs: list[dict[str, Any]] = []
+
+    async def one(url: str) -> None:
+        done = await anyio.run_process(
+            [str(PY1), str(ROOT / "tests/servers/py1_sse_client.py"), url], check=False
+        )
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        outs.append(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+
+    async with cluster(tmp_path, server, CONFIG) as lb:
+        before = await lb.requests_served()
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(one, f"{lb.url}/sse")
+        after = await lb.requests_served()
+    for out in outs:
+        assert out["ask_name"] == ["Hello, Ada"] and out["updated"] == ["notes://sse"], out
+        assert out["after_cancel"] == ["again"], out
+    assert len(outs) == 3
+    # The sessions were spread: more than one replica served some.
+    served = [after[name] - before[name] for name in after]
+    assert sum(served) >= 3 * 10 and sum(1 for n in served if n) >= 2, served

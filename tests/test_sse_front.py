@@ -75,6 +75,9 @@ async def test_a_session_on_the_stream() -> None:
         stream = sse_get()
         async with open_stream(g, stream) as endpoint:
             assert endpoint.startswith("/messages?session_id=")
+            # The id in a header too, for a load balancer to stick on
+            # (deploy/haproxy/haproxy.cfg).
+            assert stream.header(b"mcp-session-id") == endpoint.split("=")[1].encode()
             assert (await post(g, endpoint, INIT)).status_code == 202
             await stream.wait_until(lambda: len(messages(stream)) == 1)
             assert messages(stream)[0]["id"] == 1

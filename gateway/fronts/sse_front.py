@@ -66,7 +66,10 @@ class SseFront:
             raise HttpError(503, "Too many sessions")
         session = self.sessions.open(principal)
         try:
-            await send(sse_start())
+            # The id in a header too: a load balancer cannot read it in the
+            # body, and sticks the session's POSTs (?session_id=) on it
+            # (deploy/haproxy/haproxy.cfg); clients of this transport ignore it.
+            await send(sse_start((b"mcp-session-id", session.id.encode())))
             await send(chunk(endpoint_event(session.id), more=True))
             with anyio.CancelScope() as scope:
                 session.scope = scope
