@@ -352,3 +352,31 @@ async def test_idle_sessions_of_both_transports_end() -> None:
         "the client closed the stream",
     ]
     assert [e["why"] for e in logged.entries if e["event"] == "http session ended"] == ["idle"]
+
+
+async def test_a_request_id_in_progress_is_refused_and_nothing_leaks() -> None:
+    """2025-11-25 basic: a request id "MUST NOT have been previously used by
+    the requestor within the same session"; on the one SSE stream two
+    replies of one id could not be told apart. Regression (found by
+    tests/test_fuzz_sse_front.py): the second was served, and its
+    `[http] max_concurrent` slot was never given back."""
+    async with http_gateway(legacy_server({"tools/call": silent})) as g:
+        stream = sse_get()
+        async with open_stream(g, stream) as endpoint:
+            await post(g, endpoint, INIT)
+            await stream.wait_until(lambda: len(messages(stream)) == 1)
+            await post(g, endpoint, wire.notification("notifications/initialized"))
+            call = wire.request(7, "tools/call", {"name": "t", "arguments": {}})
+            assert (await post(g, endpoint, call)).status_code == 202
+            again = await post(g, endpoint, call)
+            assert again.status_code == 400
+            error = again.json()["error"]
+            assert error["code"] == wire.INVALID_REQUEST
+            assert error["data"]["reason"] == "duplicate-request-id", error
+            assert again.json()["id"] == 7
+            assert g.front.access.busy == {"local": 1}
+            cancel = wire.notification("notifications/cancelled", {"requestId": 7})
+            assert (await post(g, endpoint, cancel)).status_code == 202
+            assert not g.front.access.busy
+            # The id is free again once its request is over.
+            assert (await post(g, endpoint, call)).status_code == 202

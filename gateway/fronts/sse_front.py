@@ -135,6 +135,17 @@ class SseFront:
         link = session.link
         assert self.tg is not None
         if kind is wire.Kind.REQUEST:
+            if msg["id"] in session.pending:
+                # Its reply could not be told from the other's on the one
+                # stream (2025-11-25 basic: an id "MUST NOT have been
+                # previously used by the requestor within the same session").
+                raise HttpError(
+                    400,
+                    "Invalid Request: a request with this id is in progress in this session",
+                    wire.INVALID_REQUEST,
+                    msg["id"],
+                    reason="duplicate-request-id",
+                )
             self.access.begin(principal, msg["id"])  # 429 past the principal's limit
             session.pending[msg["id"]] = (msg["method"], time.perf_counter())
             # Handed over before the 202 is written (no wait between the
