@@ -18,6 +18,10 @@ on the cell's front (client ↔ gateway) and back (gateway ↔ server) transport
     http→http    the server on HTTP as above; direct: the client connects to
                  the server's URL; gateway: `gateway --listen ... --upstream URL`
                  and the client connects to the gateway's URL.
+    sse→stdio,   legacy clients only: the gateway starts as for an http front,
+    sse→http     and the client connects with `--sse-url http://127.0.0.1:PORT/sse`
+                 (the deprecated HTTP+SSE transport). No direct run (n/a): no
+                 back is HTTP+SSE.
 
 Every client gets the cell's feature (`--feature F`). A basic or
 notifications run is judged on the client's whole report, and a notifications
@@ -85,7 +89,13 @@ ERAS = ("modern", "legacy", "dual")
 # everything-server style; issue #10). Such a tool has no back-channel on a
 # modern request, which its cells expect (`tool_error`).
 SERVER_ERAS = (*ERAS, "dual-push")
+# Backs, and the fronts every client era has.
 TRANSPORTS = ("stdio", "http")
+# Fronts only a legacy client uses: HTTP+SSE (2024-11-05, deprecated since
+# 2025-03-26) predates the modern era, so a modern or dual-era client never
+# speaks it. The gateway serves it (`GET /sse`, `POST /messages`), but no back is SSE.
+LEGACY_FRONTS = ("sse",)
+FRONTS = (*TRANSPORTS, *LEGACY_FRONTS)
 FEATURES = (
     "basic",
     "elicitation-form",
@@ -111,7 +121,23 @@ INSTALL_HINT = "run `bash peers/install.sh` (or set MCP_PEERS_DIR to an installe
 
 Via = Literal["direct", "gateway"]
 VIAS: tuple[Via, ...] = ("direct", "gateway")
-ROUTES = tuple((f, b) for f in TRANSPORTS for b in TRANSPORTS)  # (front, back)
+ROUTES = tuple((f, b) for f in FRONTS for b in TRANSPORTS)  # (front, back)
+# How a client that does not spawn its server is told where to connect, by front.
+URL_OPTIONS = {"http": "--url", "sse": "--sse-url"}
+# The path of the gateway's endpoint a client of that front connects to.
+FRONT_PATHS = {"http": "/mcp", "sse": "/sse"}
+
+
+def fronts_for(client_era: str) -> tuple[str, ...]:
+    """The fronts a client of this era can use: HTTP+SSE is legacy-only."""
+    return FRONTS if client_era == "legacy" else TRANSPORTS
+
+
+def routes_for(client_era: str) -> tuple[tuple[str, str], ...]:
+    """(front, back) routes of the matrix for a client of this era."""
+    return tuple((f, b) for f, b in ROUTES if f in fronts_for(client_era))
+
+
 HOST = "127.0.0.1"  # every HTTP peer is reached here, whatever it binds
 
 
@@ -278,7 +304,15 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
             )
         if peer.role == "client" and peer.mrtr and not set(peer.features) <= set(MRTR_FEATURES):
             problems.append(f"client {peer.name}: an MRTR client checks only MRTR features")
+    for peer in clients.values():
+        unknown = set(peer.transports) - set(fronts_for(peer.era))
+        if unknown:
+            problems.append(
+                f"client {peer.name}: a {peer.era} client has no {', '.join(sorted(unknown))} front"
+            )
     for peer in servers.values():
+        if not set(peer.transports) <= set(TRANSPORTS):
+            problems.append(f"server {peer.name}: a server's transports are stdio and http")
         if ("http" in peer.transports) != (peer.http_command is not None):
             problems.append(f"server {peer.name}: an http transport needs an http_command")
         if peer.http_command is not None and "{port}" not in peer.http_command:
@@ -300,8 +334,7 @@ def load_matrix(path: Path = CELLS_FILE) -> Matrix:
         cell_id(ce, se, f, b, feat)
         for ce in ERAS
         for se in SERVER_ERAS
-        for f in TRANSPORTS
-        for b in TRANSPORTS
+        for f, b in routes_for(ce)
         for feat in FEATURES
     }
     problems += [f"cell {cid}: missing from the matrix" for cid in sorted(wanted - set(seen))]
@@ -435,6 +468,7 @@ class Context:
         feature: str | None = None,
         options: Sequence[str] = (),
         url: str | None = None,
+        url_option: str = "--url",
         listen: Sequence[str] = (),
         upstream: str | None = None,
         port: int | None = None,
@@ -442,7 +476,8 @@ class Context:
         """Split a command template into argv; the word `{server}` becomes `server`,
         `{feature}` becomes `feature`, and `options` go just before the `--` that
         precedes `{server}` (a client's extra options). With `url`, a client's
-        `-- {server}` becomes `--url URL` (Streamable HTTP). The gateway's words
+        `-- {server}` becomes `--url URL` (Streamable HTTP), or `url_option URL`
+        (`--sse-url URL` for HTTP+SSE). The gateway's words
         `{listen}` (nothing, or `--listen HOST:PORT`) and `{upstream}` (a URL),
         and a server's `{port}`, are filled in as given."""
         words: list[str] = []
@@ -471,7 +506,7 @@ class Context:
             if word == "--" and template_words[index + 1 : index + 2] == ["{server}"]:
                 words.extend(options)
                 if url is not None:
-                    words.extend(["--url", url])
+                    words.extend([url_option, url])
                     skip = True
                     continue
             filled = word
@@ -545,7 +580,7 @@ class Run:
         else:
             listen: list[str] = []
             gateway_port: int | None = None
-            if front == "http":
+            if front in URL_OPTIONS:
                 gateway_port = next_port()
                 listen = ["--listen", f"{HOST}:{gateway_port}"]
             if upstream is not None:
@@ -557,13 +592,14 @@ class Run:
             else:
                 ready = f"http://{HOST}:{gateway_port}/readyz"
                 background.append(Background("gateway", gateway, gateway_port, ready))
-                url = f"http://{HOST}:{gateway_port}/mcp"
+                url = f"http://{HOST}:{gateway_port}{FRONT_PATHS[front]}"
         client = ctx.expand(
             self.client.command,
             server,
             feature=feature or self.checks,
             options=self.options,
             url=url,
+            url_option=URL_OPTIONS.get(front, "--url"),
         )
         return Launch(tuple(background), client)
 
@@ -1373,7 +1409,7 @@ def _cell_set(cells: Sequence[Cell]) -> str:
     routes = [f"{f}-{b}" for f, b in ROUTES if any(h[2:] == (f, b) for h in have)]
     features = [f for f in FEATURES if any(c.feature == f for c in cells)]
     if len(eras) * len(routes) * len(features) == len(cells):
-        every = " (all four)" if len(routes) == len(ROUTES) else ""
+        every = f" (all {len(routes)})" if len(routes) == len(ROUTES) else ""
         return (
             f"client-server eras {', '.join(eras)}; front-back {', '.join(routes)}{every}; "
             f"features {', '.join(features)} ({len(cells)} cells)"
@@ -1418,8 +1454,9 @@ def render_report(
     add(f"- gateway, stdio back: `{_md(ctx.gateway_command)}`")
     add(f"- gateway, HTTP back: `{_md(ctx.gateway_upstream_command)}`")
     add(
-        "- `{listen}` is `--listen 127.0.0.1:PORT` for an HTTP front (run.py starts the "
-        "gateway and waits for its `/readyz`), nothing for stdio (the client spawns it); "
+        "- `{listen}` is `--listen 127.0.0.1:PORT` for an HTTP or SSE front (run.py starts "
+        "the gateway and waits for its `/readyz`; Streamable HTTP clients connect to its "
+        "`/mcp`, HTTP+SSE clients to its `/sse`), nothing for stdio (the client spawns it); "
         "HTTP servers listen on free ports of 127.0.0.1 and are reached at `/mcp`"
     )
     add(
@@ -1509,7 +1546,8 @@ def render_report(
         "Each entry: the runs that work, direct / through the gateway, over the peer "
         "pairs run for that cell (✓: every run as expected). The spec's direct outcome "
         "is in the second column; through the gateway every cell must work. Mixed "
-        "transports have no direct run (`-`)."
+        "transports have no direct run (`-`). The sse front (the deprecated HTTP+SSE "
+        "transport) has legacy clients only."
     )
     add("")
     for front, back in ROUTES:
@@ -1518,6 +1556,8 @@ def render_report(
         add("| client → server | spec, direct | " + " | ".join(FEATURES) + " |")
         add("|---|---|" + "---|" * len(FEATURES))
         for ce in ERAS:
+            if front not in fronts_for(ce):
+                continue
             for se in SERVER_ERAS:
                 row = [
                     f"**{ce} → {se}**",
@@ -1679,7 +1719,8 @@ def render_report(
     add("## Peers")
     add("")
     add(
-        "A client with the http transport takes `--url URL` in place of `-- {server}`; "
+        "A client with the http transport takes `--url URL` in place of `-- {server}`, "
+        "one with the sse transport `--sse-url URL` (HTTP+SSE; legacy clients only); "
         "a server's HTTP command serves `http://127.0.0.1:{port}/mcp`."
     )
     add("")

@@ -14,12 +14,12 @@ from compat_matrix.run import (
     ERAS,
     FEATURES,
     MRTR_FEATURES,
-    ROUTES,
     Run,
     _observe,
     cell_id,
     judge,
     load_matrix,
+    routes_for,
 )
 
 NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
@@ -31,7 +31,7 @@ def test_every_dual_push_combination_is_a_ready_cell_of_the_push_server() -> Non
     route x feature against `py2-push`, each once (load_matrix checks "once")."""
     matrix = load_matrix()
     for ce in ERAS:
-        for front, back in ROUTES:
+        for front, back in routes_for(ce):
             for feature in FEATURES:
                 cell = matrix.cell(cell_id(ce, "dual-push", front, back, feature))
                 assert cell.ready and cell.servers == ("py2-push",), cell.id

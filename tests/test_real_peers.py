@@ -221,20 +221,25 @@ def test_direct_counterpart_fails(peer_runs: PeerRuns, client: str, server: str,
 def test_matrix_data_is_consistent() -> None:
     matrix = load_matrix()
     ready = [c for c in matrix.cells if c.ready]
-    # client eras x server kinds (the three eras and dual-push, issue #10) x front x back x feature
-    assert len(matrix.cells) == 3 * 4 * 2 * 2 * 6
+    # client eras x server kinds (the three eras and dual-push, issue #10) x front x back
+    # x feature, and the legacy clients' sse front (issue #15) x server kinds x back x feature
+    assert len(matrix.cells) == 3 * 4 * 2 * 2 * 6 + 4 * 2 * 6
     # every front x back: basic and the four MRTR features, every era combination
     assert {(c.front, c.back) for c in ready} == {
         ("stdio", "stdio"),
         ("stdio", "http"),
         ("http", "stdio"),
         ("http", "http"),
+        ("sse", "stdio"),
+        ("sse", "http"),
     }
     assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES, "notifications"}
-    assert len(ready) == len(matrix.cells) == 12 * 6 * 4
+    assert len(ready) == len(matrix.cells) == 12 * 6 * 4 + 4 * 6 * 2
     for cell in matrix.cells:
         # the issue that made them runnable
-        if cell.server_era == "dual-push":
+        if cell.front == "sse":
+            assert cell.issues == ("#15",), cell.id
+        elif cell.server_era == "dual-push":
             assert cell.issues == ("#10",), cell.id
         elif cell.feature == "notifications":
             assert "#5" in cell.issues, cell.id

@@ -258,12 +258,20 @@ def test_dual_client_stays_modern_in_front_of_py1_http(http_runs: PeerRuns) -> N
 def test_every_http_cell_is_ready() -> None:
     matrix = load_matrix()
     ready = [c for c in matrix.cells if c.ready]
-    assert len(ready) == 12 * 6 * 4  # client eras x server kinds (with dual-push, issue #10)
+    # client eras x server kinds (with dual-push, issue #10) x stdio|http routes, and
+    # the legacy clients' sse front (issue #15) x server kinds x back
+    assert len(ready) == 12 * 6 * 4 + 4 * 6 * 2
     assert {(c.front, c.back) for c in ready} == set(ROUTES)
     assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES, "notifications"}
     for cell in matrix.cells:
         if cell.feature == "notifications":
-            want = ("#10",) if cell.server_era == "dual-push" else ("#5",)
+            want = (
+                ("#15",)
+                if cell.front == "sse"
+                else ("#10",)
+                if cell.server_era == "dual-push"
+                else ("#5",)
+            )
             assert cell.issues == want, cell.id
         if cell.ready and "http" in (cell.front, cell.back):
             for name in cell.servers:

@@ -378,7 +378,9 @@ def test_mrtr_matrix_cells_are_ready() -> None:
     for feature in MRTR_FEATURES:
         cells = [c for c in matrix.cells if c.feature == feature]
         ready = {(c.client_era, c.server_era, c.front, c.back) for c in cells if c.ready}
-        assert len(ready) == 12 * 4, feature  # client eras x server kinds (dual-push: #10)
+        # client eras x server kinds (dual-push: #10) x stdio|http routes, and the
+        # legacy client's sse front (#15) x server kinds x back
+        assert len(ready) == 12 * 4 + 4 * 2, feature
         for cell in cells:
             if cell.ready:
                 assert all(matrix.clients[n].takes_feature for n in cell.clients)

@@ -28,20 +28,34 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1 :]
 
 
-def add_target_option(parser: argparse.ArgumentParser) -> None:
+def add_target_option(parser: argparse.ArgumentParser, *, sse: bool = False) -> None:
     parser.add_argument(
         "--url",
         metavar="URL",
         help="connect to this Streamable HTTP endpoint instead of spawning `-- SERVER_COMMAND`",
     )
+    if sse:
+        # Only the legacy SDK clients: HTTP+SSE (2024-11-05) is a legacy-only transport.
+        parser.add_argument(
+            "--sse-url",
+            metavar="URL",
+            help="connect over the deprecated HTTP+SSE transport: URL is the event "
+            "stream's endpoint (GET .../sse), which names where to POST",
+        )
 
 
-def check_target(parser: argparse.ArgumentParser, url: str | None, server: list[str]) -> None:
-    """Exactly one of `--url URL` and `-- SERVER_COMMAND`."""
-    if url is None and not server:
-        parser.error("give either --url URL or -- SERVER_COMMAND [ARGS...]")
-    if url is not None and server:
-        parser.error("--url and a server command exclude each other")
+def check_target(
+    parser: argparse.ArgumentParser,
+    url: str | None,
+    server: list[str],
+    sse_url: str | None = None,
+) -> None:
+    """Exactly one of `--url URL`, `--sse-url URL` and `-- SERVER_COMMAND`."""
+    given = [url is not None, sse_url is not None, bool(server)]
+    if not any(given):
+        parser.error("give --url URL, --sse-url URL or -- SERVER_COMMAND [ARGS...]")
+    if sum(given) > 1:
+        parser.error("--url, --sse-url and a server command exclude each other")
 
 
 def add_feature_option(parser: argparse.ArgumentParser) -> None:
@@ -55,18 +69,20 @@ def add_feature_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    """`CLIENT [--feature F] [--timeout S] (--url URL | -- SERVER_COMMAND ARGS...)`"""
+def parse_args(description: str, *, sse: bool = False) -> argparse.Namespace:
+    """`CLIENT [--feature F] [--timeout S] (--url URL | -- SERVER_COMMAND ARGS...)`;
+    with `sse`, also `--sse-url URL` (args.sse_url, else None)."""
     own, server = split_argv(sys.argv[1:])
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="hard limit for the whole run (s)"
     )
     add_feature_option(parser)
-    add_target_option(parser)
+    add_target_option(parser, sse=sse)
     args = parser.parse_args(own)
     args.server = server
-    check_target(parser, args.url, server)
+    args.sse_url = getattr(args, "sse_url", None)
+    check_target(parser, args.url, server, args.sse_url)
     return args
 
 

@@ -51,11 +51,14 @@ class Options:
     check_binding: bool
     server: list[str] = field(default_factory=list)
     url: str | None = None  # a Streamable HTTP endpoint instead of a server command
+    sse_url: str | None = None  # an HTTP+SSE event stream (GET .../sse), ditto
 
 
-def parse_args(description: str, *, modes: bool = False, check_errors: bool = False) -> Options:
+def parse_args(
+    description: str, *, modes: bool = False, check_errors: bool = False, sse: bool = False
+) -> Options:
     """`CLIENT [--mode M] [--feature F] [--elicit-action A] [--timeout S]
-    (--url URL | -- SERVER...)`"""
+    (--url URL | -- SERVER...)`; with `sse`, also `--sse-url URL`."""
     own, server = split_argv(sys.argv[1:])
     parser = argparse.ArgumentParser(description=description)
     if modes:
@@ -65,7 +68,7 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
         "--elicit-action", default="accept", choices=ACTIONS, help="how elicitations are answered"
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
-    add_target_option(parser)
+    add_target_option(parser, sse=sse)
     if check_errors:
         parser.add_argument(
             "--check-errors",
@@ -78,7 +81,8 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
             help="also send the requestState with other arguments and replay it (expect -32602)",
         )
     args = parser.parse_args(own)
-    check_target(parser, args.url, server)
+    sse_url = getattr(args, "sse_url", None)
+    check_target(parser, args.url, server, sse_url)
     if args.feature == URL_REQUIRED and args.elicit_action != "accept":
         parser.error(f"--feature {URL_REQUIRED} needs --elicit-action accept")
     return Options(
@@ -90,6 +94,7 @@ def parse_args(description: str, *, modes: bool = False, check_errors: bool = Fa
         check_binding=getattr(args, "check_binding", False),
         server=server,
         url=args.url,
+        sse_url=sse_url,
     )
 
 

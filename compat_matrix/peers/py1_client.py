@@ -1,11 +1,14 @@
 """Legacy-era fixture client: `ClientSession` + `stdio_client` from mcp==1.30.0.
 
-    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--feature F] [--timeout S] -- SERVER...
-    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--feature F] [--timeout S] --url URL
+    .peers/py1/bin/python compat_matrix/peers/py1_client.py [--feature F] [--timeout S] \
+        (-- SERVER... | --url URL | --sse-url URL)
 
 With `--url` it speaks Streamable HTTP (`streamable_http_client`: a legacy
 session, `initialize` mints the Mcp-Session-Id, DELETE at the end) instead of
-spawning the server.
+spawning the server. With `--sse-url` it speaks the deprecated HTTP+SSE
+transport (`sse_client`): GET URL opens the event stream, whose first
+`endpoint` event names where to POST; every response and server request
+arrives on that stream.
 
 The "Legacy" client of the compatibility matrix: initialize handshake, then
 tools/list, `echo` (our fixtures take `text`, server-everything's takes
@@ -16,7 +19,8 @@ the handshake fails: the report carries the server's JSON-RPC error.
 `resources/subscribe`, tool calls that change the resource and the tool list,
 and `notifications/resources/updated` and `notifications/tools/list_changed`
 reaching the session's `message_handler` (stdio; over HTTP the session's GET
-stream, which the SDK opens after `initialized`), then `resources/unsubscribe`.
+stream, which the SDK opens after `initialized`; over HTTP+SSE the event
+stream), then `resources/unsubscribe`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from _common import (
 from _sdk_notify import Inbox, legacy_check
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
@@ -51,9 +56,21 @@ Streams = tuple[
 ]
 
 
+# mcp 1.30's sse_client gives every HTTP request (the GET that opens the stream,
+# each POST) 5 s by default; a gateway on a loaded machine can take longer.
+SSE_HTTP_TIMEOUT = 15.0
+
+
 @asynccontextmanager
-async def connect(command: list[str], url: str | None) -> AsyncIterator[Streams]:
-    """The session's streams: Streamable HTTP to `url`, else a spawned stdio server."""
+async def connect(
+    command: list[str], url: str | None, sse_url: str | None = None
+) -> AsyncIterator[Streams]:
+    """The session's streams: HTTP+SSE to `sse_url`, Streamable HTTP to `url`,
+    else a spawned stdio server."""
+    if sse_url is not None:
+        async with sse_client(sse_url, timeout=SSE_HTTP_TIMEOUT) as (read, write):
+            yield read, write
+        return
     if url is not None:
         async with streamable_http_client(url) as (read, write, _session_id):
             yield read, write
@@ -128,7 +145,9 @@ async def converse(
         )
 
 
-async def run(command: list[str], url: str | None, report: Report, feature: str) -> None:
+async def run(
+    command: list[str], url: str | None, sse_url: str | None, report: Report, feature: str
+) -> None:
     inbox = Inbox()
 
     async def on_message(message: Any) -> None:
@@ -136,20 +155,34 @@ async def run(command: list[str], url: str | None, report: Report, feature: str)
             inbox.add(message.root.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     async with (
-        connect(command, url) as (read, write),
+        connect(command, url, sse_url) as (read, write),
         ClientSession(read, write, message_handler=on_message) as session,
     ):
-        channel = "the session's GET stream" if url else "stdio"
+        channel = (
+            "the HTTP+SSE event stream"
+            if sse_url
+            else "the session's GET stream"
+            if url
+            else "stdio"
+        )
         await converse(session, report, feature, inbox, channel)
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args(__doc__.splitlines()[0], sse=True)
     report = Report(era="legacy")
     start_watchdog(report, args.timeout)
     try:
         # fail_after cancels the whole run; stdio_client's exit then reaps the server.
-        anyio.run(_with_deadline, args.server, args.url, report, args.timeout, args.feature)
+        anyio.run(
+            _with_deadline,
+            args.server,
+            args.url,
+            args.sse_url,
+            report,
+            args.timeout,
+            args.feature,
+        )
     except BaseException as group:
         exc = leaf_exception(group)
         if isinstance(exc, McpError):
@@ -165,10 +198,15 @@ def main() -> None:
 
 
 async def _with_deadline(
-    command: list[str], url: str | None, report: Report, seconds: float, feature: str
+    command: list[str],
+    url: str | None,
+    sse_url: str | None,
+    report: Report,
+    seconds: float,
+    feature: str,
 ) -> None:
     with anyio.fail_after(seconds):
-        await run(command, url, report, feature)
+        await run(command, url, sse_url, report, feature)
 
 
 if __name__ == "__main__":

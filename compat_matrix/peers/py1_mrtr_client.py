@@ -3,7 +3,7 @@
     .peers/py1/bin/python compat_matrix/peers/py1_mrtr_client.py \
         [--feature elicitation-form|elicitation-url|sampling|roots|all|elicitation-url-required] \
         [--elicit-action accept|decline|cancel] [--timeout S] \
-        (--url URL | -- SERVER_COMMAND ARGS...)
+        (--url URL | --sse-url URL | -- SERVER_COMMAND ARGS...)
 
 Registers elicitation, sampling and list_roots callbacks, so `initialize`
 declares those capabilities, then calls the server's tool for each feature
@@ -13,7 +13,9 @@ gateway in front of a modern server) must push `elicitation/create`,
 handle `input_required`. A -32042 error (URL elicitation required) is handled
 the 2025-11-25 way: "open" its links, then retry the call once. Each call's
 step lists the requests the callbacks saw. `--url URL` speaks Streamable HTTP to that endpoint (a
-legacy session; the server's requests arrive on the POST's SSE stream).
+legacy session; the server's requests arrive on the POST's SSE stream); `--sse-url URL`
+the deprecated HTTP+SSE transport (the server's requests arrive on the GET event stream,
+the client's answers go out as POSTs to the endpoint it named).
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ async def converse(
 async def run(opts: Options, callbacks: Callbacks, report: Report) -> None:
     with anyio.fail_after(opts.timeout):
         async with (
-            connect(opts.server, opts.url) as (read, write),
+            connect(opts.server, opts.url, opts.sse_url) as (read, write),
             ClientSession(
                 read,
                 write,
@@ -155,7 +157,7 @@ async def run(opts: Options, callbacks: Callbacks, report: Report) -> None:
 
 
 def main() -> None:
-    opts = parse_args(__doc__.splitlines()[0])
+    opts = parse_args(__doc__.splitlines()[0], sse=True)
     report = Report(era="legacy")
     callbacks = Callbacks(opts.action)
     start_watchdog(report, opts.timeout)
