@@ -175,6 +175,8 @@ def _check_bounds(cfg: Config) -> None:
         "http_idle_timeout",
         "http_sse_resume_window",
         "health_interval",
+        "tasks_poll_interval",
+        "tasks_max_wait",
     )
     for name in positive:
         value = getattr(cfg, name)

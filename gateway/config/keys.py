@@ -56,6 +56,9 @@ KEYS: dict[tuple[str, str], str] = {
     ("mrtr", "input_batch_window"): "input_batch_window",
     ("mrtr", "max_parked_calls"): "max_parked_calls",
     ("mrtr", "replay_tools"): "replay_tools",
+    ("tasks", "for_legacy_clients"): "tasks_for_legacy_clients",
+    ("tasks", "poll_interval"): "tasks_poll_interval",
+    ("tasks", "max_wait"): "tasks_max_wait",
     ("upstream", "roots"): "static_roots",
     # The older spelling of [upstream] roots, still read.
     ("mrtr", "static_roots"): "static_roots",

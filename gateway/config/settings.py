@@ -70,6 +70,13 @@ class Config:
     input_batch_window: float = 0.0
     max_parked_calls: int = 1000
     replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
+    # Tasks (the 2026-07-28 extension io.modelcontextprotocol/tasks): for
+    # legacy clients of a server that offers it, the gateway declares it and
+    # polls a task it gets at the task's pollIntervalMs (this when it gives
+    # none), for at most max_wait seconds, then returns the task's result.
+    tasks_for_legacy_clients: bool = True
+    tasks_poll_interval: float = 1.0
+    tasks_max_wait: float = 3600.0
     # [upstream] roots: answer roots/list when no client call can carry it
     static_roots: tuple[dict[str, Any], ...] = ()
     # HTTP front (--listen HOST:PORT)

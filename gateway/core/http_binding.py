@@ -21,7 +21,16 @@ from gateway.core import http_requests
 SENTINEL_PREFIX = "=?base64?"
 SENTINEL_SUFFIX = "?="
 # "Standard Request Headers": the methods whose name or uri travels in Mcp-Name.
-NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# The tasks extension routes its requests by task id the same way (SEP-2663
+# "Streamable HTTP: Routing Headers").
+NAMED = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 PARAM_PREFIX = "Mcp-Param-"
 # RFC 9110 §5.1 field-name token (`1*tchar`): "Schema Extension".
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from gateway import era, translate, wire
-from gateway.core import upstream_checks
+from gateway.core import task_shapes, upstream_checks
 from gateway.core.profile import UpstreamProfile
 
 
@@ -72,10 +72,14 @@ def route_request(
     passthrough: frozenset[str] = frozenset(),
     *,
     shapes_checked: bool = False,
+    tasks_for_legacy: bool = False,
 ) -> Decision:
     """`passthrough`: extra methods (vendor extensions) a modern client may send
     to a legacy server as they are. `shapes_checked`: the message passed
-    `inbound.problem` where it came in, so its `_meta` types need no second look."""
+    `inbound.problem` where it came in, so its `_meta` types need no second look.
+    `tasks_for_legacy`: a legacy client's tools/call to a modern server that
+    offers the tasks extension declares it, and the gateway polls the task the
+    server may answer with (core/legacy_input.py)."""
     msg_id: wire.RequestId = msg["id"]
     method: str = msg["method"]
     params: dict[str, Any] | None = msg.get("params")
@@ -134,10 +138,13 @@ def route_request(
         return Forward(method, params, Shape.TO_LEGACY, era.Era.LEGACY, caps, session.log_level)
     if method in era.MODERN_ONLY:
         return _method_not_found(msg_id, method, f"not part of protocol {session.version}")
+    declared = caps
+    if tasks_for_legacy and method == "tools/call" and task_shapes.offered_by(profile.capabilities):
+        declared = task_shapes.with_extension(caps)
     upstream_params = translate.add_modern_meta(
         params,
         version=profile.version,
-        capabilities=caps,
+        capabilities=declared,
         client_info=session.client_info,
         log_level=session.log_level,
     )

@@ -144,6 +144,10 @@ class Metrics:
             f"{gateway.rounds_to_modern_client}",
             f'mcp_gateway_mrtr_rounds_total{{direction="to_legacy_client"}} '
             f"{gateway.rounds_to_legacy_client}",
+            "# HELP mcp_gateway_tasks_polled_total A modern server's tasks the gateway polled"
+            " to answer a legacy client's call.",
+            "# TYPE mcp_gateway_tasks_polled_total counter",
+            f"mcp_gateway_tasks_polled_total {gateway.tasks_polled_for_legacy_clients}",
             "# HELP mcp_gateway_upstream_restarts_total Upstream exits followed by a restart.",
             "# TYPE mcp_gateway_upstream_restarts_total counter",
             f"mcp_gateway_upstream_restarts_total {gateway.upstream_restarts}",

@@ -47,6 +47,8 @@ class GatewaySnapshot:
     rounds_to_legacy_client: int
     upstream_restarts: int
     upstream_ready: bool
+    # A modern server's tasks polled to answer legacy clients' calls.
+    tasks_polled_for_legacy_clients: int = 0
 
 
 class GatewayPort(Protocol):

@@ -21,7 +21,7 @@ import structlog
 from gateway import era, wire
 from gateway.client_link import CURRENT_REQUEST, ClientLink, InflightCall
 from gateway.config import Config
-from gateway.core import call_plan, mrtr_shapes, routing
+from gateway.core import call_plan, mrtr_shapes, routing, task_shapes
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply
@@ -100,6 +100,7 @@ class ClientCalls:
             self._discover_hint,
             self.config.passthrough_methods,
             shapes_checked=True,  # the front ran inbound.problem
+            tasks_for_legacy=self.config.tasks_for_legacy_clients,
         )
         if isinstance(decision, routing.Reply) and decision.opens_session is not None:
             if fast:
@@ -159,6 +160,7 @@ class ClientCalls:
             if decision.shape is routing.Shape.TO_LEGACY and (
                 call_plan.is_unsupported_version(reply)
                 or mrtr_shapes.reply_is_input_required(reply)
+                or task_shapes.is_task(reply.get("result"))
             ):
                 # Rare turns that need waiting: a task takes the call from here.
                 call = InflightCall(anyio.CancelScope(), decision.log_level)
@@ -307,7 +309,8 @@ class ClientCalls:
         reply: wire.Message,
     ) -> wire.Message | None:
         """The turns a legacy client's reply may take before it is shaped:
-        -32022 (re-discover and retry once) and input_required (the MRTR loop)."""
+        -32022 (re-discover and retry once), and input_required or a task
+        (the loop of core/legacy_input.py)."""
         msg_id = msg["id"]
         try:
             if decision.shape is routing.Shape.TO_LEGACY and call_plan.is_unsupported_version(
@@ -321,8 +324,9 @@ class ClientCalls:
                     return redo.message
                 decision = redo
                 reply = await self.on_session.leased_forward(link, decision, session, msg_id)
-            if decision.shape is routing.Shape.TO_LEGACY and mrtr_shapes.reply_is_input_required(
-                reply
+            if decision.shape is routing.Shape.TO_LEGACY and (
+                mrtr_shapes.reply_is_input_required(reply)
+                or task_shapes.is_task(reply.get("result"))
             ):
                 reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
         except (UpstreamError, TimeoutError) as exc:

@@ -1,8 +1,11 @@
-"""The MRTR bridge at work, legacy client → modern server (DESIGN §5.2.5).
+"""The MRTR bridge at work, legacy client → modern server (DESIGN §5.2.5),
+and the tasks a modern server answers a legacy client's call with.
 
 core/legacy_input.py decides each step of a call's loop; this asks the legacy
 client (the round's requests at once, under gateway ids, bounded by
-request_timeout) and sends the retries upstream.
+request_timeout), sends the retries upstream and polls a task; a task the
+loop leaves open (the client went away, the gateway gave up) is cancelled
+upstream.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from gateway.core import legacy_input as core
 from gateway.core.engine import Event
 from gateway.core.routing import Forward
 from gateway.runtime.upstream_session import UpstreamSession
+from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.mrtr")
 
@@ -40,6 +44,10 @@ class LegacyInputLoop:
         self.config = config
         self._forward = forward
         self.rounds = 0
+        self.polling = core.TaskPolling(
+            default_interval=config.tasks_poll_interval, max_wait=config.tasks_max_wait
+        )
+        self.tasks_polled = 0  # tasks a legacy client's call was answered through
 
     async def complete(
         self,
@@ -49,7 +57,8 @@ class LegacyInputLoop:
         reply: wire.Message,
         client_id: wire.RequestId,
     ) -> wire.Message:
-        """Drive `reply` (an input_required) to a final reply from upstream."""
+        """Drive `reply` (an input_required or a task) to a final reply from
+        upstream."""
         assert link.session is not None
         call = core.LegacyInputCall(
             decision,
@@ -58,20 +67,67 @@ class LegacyInputLoop:
             link.session.version,
             self.config.max_rounds,
             new_elicitation_id=lambda: str(uuid.uuid4()),
+            polling=self.polling,
         )
-        event: Event = core.UpstreamReplied(reply)
-        while True:  # one round a pass; the machine finishes after max_rounds at most
+        try:
+            return await self._drive(call, link, session, reply, client_id)
+        finally:
+            await self._cancel_open_task(call, link, session, client_id)
+
+    async def _drive(
+        self,
+        call: core.LegacyInputCall,
+        link: ClientLink,
+        session: UpstreamSession,
+        reply: wire.Message,
+        client_id: wire.RequestId,
+    ) -> wire.Message:
+        event: Event = core.UpstreamReplied(reply, anyio.current_time())
+        polled = False
+        # One step a pass: the machine finishes after max_rounds input rounds,
+        # and a task's polls end at its time to live or [tasks] max_wait.
+        while True:
             [command] = call.handle(event)
             if isinstance(command, core.Finish):
                 return command.reply
             if isinstance(command, core.AskClient):
                 self.rounds += 1
                 event = await self._ask_all(link, command.requests)
+                continue
+            if isinstance(command, core.PollUpstream):
+                if not polled:
+                    polled = True
+                    self.tasks_polled += 1
+                    log.debug("call answered with a task: polling it", task=call.open_task)
+                await anyio.sleep(command.delay)
+                forward = command.forward
             else:
                 assert isinstance(command, core.RetryUpstream)
                 MRTR_ROUND.set(call.rounds)  # for the retry's span (runtime/tracing.py)
-                retry = await self._forward(link, command.forward, session, None, client_id)
-                event = core.UpstreamReplied(retry)
+                forward = command.forward
+            answer = await self._forward(link, forward, session, None, client_id)
+            event = core.UpstreamReplied(answer, anyio.current_time())
+
+    async def _cancel_open_task(
+        self,
+        call: core.LegacyInputCall,
+        link: ClientLink,
+        session: UpstreamSession,
+        client_id: wire.RequestId,
+    ) -> None:
+        """tasks/cancel for a task the call no longer waits for, so that the
+        server's work stops; shielded (the call may be ending by
+        cancellation) and bounded."""
+        cancel = call.cancel_request()
+        if cancel is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
+            try:
+                await self._forward(link, cancel, session, None, client_id)
+            except (UpstreamError, TimeoutError) as exc:
+                log.info("could not cancel the server's task", task=call.open_task, why=str(exc))
+                return
+            log.info("server's task cancelled", task=call.open_task)
 
     async def _ask_all(self, link: ClientLink, requests: dict[str, wire.Message]) -> Event:
         answers: dict[str, Any] = {}

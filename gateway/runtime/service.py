@@ -277,6 +277,7 @@ class GatewayService:
             parked_calls=len(self.bridge.held),
             rounds_to_modern_client=self.bridge.rounds,
             rounds_to_legacy_client=self.legacy_input.rounds,
+            tasks_polled_for_legacy_clients=self.legacy_input.tasks_polled,
             upstream_restarts=pool.restarts,
             upstream_ready=pool.up and pool.profile is not None,
         )
