@@ -1,0 +1,151 @@
+"""Issue #16 with real peers: a legacy client (mcp 1.30 `ClientSession`,
+tests/servers/py1_task_client.py) calls the task tools of a modern-only
+server with the tasks extension (mcp 2.3, compat_matrix/peers/py2_tasks_server.py)
+through the gateway, the server wrapped over stdio and served over HTTP.
+
+Issue #16: "A legacy client that does not use tasks but calls a tool the
+modern server answers with a task gets the final result as an ordinary
+`tools/call` result (the gateway polls, honouring `pollIntervalMilliseconds`)";
+input during a task reaches the client as server requests; a task's failure is
+the call's error; a client that cancels the call cancels the task upstream.
+The peers come from `bash peers/install.sh`; when they are missing the tests
+FAIL, never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_http_back import PEERS, Peer, free_port
+
+pytestmark = [pytest.mark.peers]
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER = str(REPO / "compat_matrix/peers/py2_tasks_server.py")
+CLIENT = str(REPO / "tests/servers/py1_task_client.py")
+PY1, PY2 = str(PEERS / "py1/bin/python"), str(PEERS / "py2/bin/python")
+GATEWAY = [sys.executable, "-m", "gateway", "--log-level", "warning"]
+
+
+def peers_installed() -> None:
+    for peer in (PY1, PY2):
+        if not Path(peer).exists():
+            pytest.fail(f"peer missing: {peer} (run `bash peers/install.sh`)", pytrace=False)
+
+
+def through_gateway(target: list[str]) -> dict[str, Any]:
+    peers_installed()
+    done = subprocess.run(
+        [PY1, CLIENT, "--", *GATEWAY, *target],
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    lines = [line for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    assert lines, done.stderr.decode()[-3000:]
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def tasks_http() -> Iterator[str]:
+    peers_installed()
+    port = free_port()
+    server = Peer([PY2, SERVER, "--http", str(port)], port)
+    server.start()
+    try:
+        server.wait_listening(time.monotonic() + 30)
+        yield server.url
+    finally:
+        server.stop()
+
+
+def assert_every_task_answered(out: dict[str, Any]) -> None:
+    assert out["greet"] == ["Hello, Ada!"], out  # never a task
+    assert out["slow"] == ["computed x after 0.5s"], out  # polled to its result
+    # Input during the task: an elicitation to the legacy client, its answer
+    # sent back with tasks/update.
+    assert out["confirm"] == ["deleted"], out
+    assert (
+        sorted(out["multi"].values(), key=str)
+        == [{"action": "accept", "content": {"name": "Alice"}}] * 2
+    ), out
+    # SEP-2663 "Task Status": a tool error completes the task, isError kept;
+    # a JSON-RPC error fails it, and the call fails with that error.
+    assert out["failing"]["isError"] is True, out
+    assert out["protocol_error"] == {"code": -32603, "message": "boom"}, out
+    # An MRTR round before the task, then the task (required: without the
+    # extension the server would answer -32021).
+    assert out["with_task"] == ["Hello, Alice!"], out
+    assert out["asked"] == ["Delete a.txt?", "First?", "Second?", "Your name?"], out
+
+
+def test_a_legacy_client_gets_a_modern_servers_tasks_answered_over_stdio() -> None:
+    assert_every_task_answered(through_gateway(["--", PY2, SERVER]))
+
+
+def test_a_legacy_client_gets_a_modern_servers_tasks_answered_over_http(tasks_http: str) -> None:
+    assert_every_task_answered(through_gateway(["--upstream", tasks_http]))
+
+
+def test_a_cancelled_call_cancels_its_task_upstream() -> None:
+    """2025-11-25 "Cancellation": the legacy client's notifications/cancelled
+    ends its call (no reply), and the gateway sends the task's tasks/cancel
+    (SEP-2663 "Task Cancellation"); the server says it stopped one task."""
+    peers_installed()
+    gateway = subprocess.Popen(
+        [*GATEWAY, "--", PY2, SERVER],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert gateway.stdin is not None and gateway.stdout is not None
+    stdin, stdout = gateway.stdin, gateway.stdout
+
+    def send(msg: dict[str, Any]) -> None:
+        stdin.write(json.dumps(msg).encode() + b"\n")
+        stdin.flush()
+
+    def reply_to(msg_id: int) -> dict[str, Any]:
+        while True:  # ends at the reply (the test's timeout bounds it)
+            msg: dict[str, Any] = json.loads(stdout.readline())
+            assert msg.get("id") != 2, f"the cancelled call was answered: {msg}"
+            if msg.get("id") == msg_id and "method" not in msg:
+                return msg
+
+    try:
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        reply_to(1)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        slow = {"name": "slow_compute", "arguments": {"seconds": 60}}
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": slow})
+        time.sleep(0.5)  # the task exists upstream by then (a real process: no event to wait on)
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+        stopped: list[str] = []
+        deadline = time.monotonic() + 15
+        n = 10
+        while not stopped and time.monotonic() < deadline:
+            n += 1
+            count = {"name": "tasks_cancelled", "arguments": {}}
+            send({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": count})
+            stopped = json.loads(reply_to(n)["result"]["content"][0]["text"])
+        assert len(stopped) == 1, stopped
+    finally:
+        stdin.close()
+        gateway.wait(timeout=15)
+        stdout.close()
