@@ -27,8 +27,12 @@ class Compared:
     other_rps: dict[int, float]
 
     @property
-    def latency_share(self) -> float:
-        """The hop's added p50 as a fraction of the other's (< 1: it adds less)."""
+    def latency_share(self) -> float | None:
+        """The hop's added p50 as a fraction of the other's (< 1: it adds less);
+        None when either is at or below zero: below the run's noise (a slow
+        server's p50 moves by more than a hop adds), no ratio means anything."""
+        if self.added_p50_us <= 0 or self.other_added_p50_us <= 0:
+            return None
         return self.added_p50_us / self.other_added_p50_us
 
     def tput_factor(self, c: int) -> float:
@@ -73,9 +77,11 @@ def _line(what: str, v: Compared, other: str) -> str:
         f"c={c} {v.rps[c]:,.0f} against {v.other_rps[c]:,.0f} req/s ({v.tput_factor(c):.2f}x)"
         for c in (1, 32)
     )
+    share = v.latency_share
+    of = "no ratio: within the noise" if share is None else f"{share:.2f} of {other}'s"
     return (
         f"{what}: added p50 {v.added_p50_us:,.0f} µs against {v.other_added_p50_us:,.0f} µs "
-        f"({v.latency_share:.2f} of {other}'s); {rates}"
+        f"({of}); {rates}"
     )
 
 

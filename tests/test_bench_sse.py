@@ -105,7 +105,8 @@ def test_the_comparisons_take_both_hops_over_the_same_direct_run() -> None:
     http = _measured("h", "gateway", "http", 250, 5_000)
     v = compare(gw, sg, direct)
     assert (v.added_p50_us, v.other_added_p50_us) == (300, 900)
-    assert round(v.latency_share, 3) == 0.333 and v.tput_factor(32) == 4.0
+    assert v.latency_share is not None and round(v.latency_share, 3) == 0.333
+    assert v.tput_factor(32) == 4.0
     group = SseGroup("path", direct.run, gw.run, sg.run, http.run)
     by_key = {m.run.key: m for m in (direct, gw, sg, http)}
     lines = comparison_lines([group], by_key)
@@ -118,3 +119,15 @@ def test_the_comparisons_take_both_hops_over_the_same_direct_run() -> None:
     table = ratios_table([group], by_key)
     assert "gateway (HTTP+SSE)" in table and "supergateway (HTTP+SSE)" in table
     assert "gateway (Streamable HTTP)" in table and "| 0.200 " in table
+
+
+def test_no_latency_ratio_below_the_noise() -> None:
+    """A slow real server's p50 moves by more than a hop adds: an added p50
+    at or below zero gives no ratio (a negative over a negative is not one)."""
+    direct = _measured("d", "direct", "stdio", 4_000, 200)
+    gw = _measured("g", "gateway", "sse", 3_900, 150)
+    sg = _measured("s", "supergateway", "sse", 3_800, 100)
+    assert compare(gw, sg, direct).latency_share is None
+    group = SseGroup("py1", direct.run, gw.run, sg.run, None)
+    (line,) = comparison_lines([group], {m.run.key: m for m in (direct, gw, sg)})
+    assert "added p50 -100 µs against -200 µs (no ratio: within the noise)" in line
