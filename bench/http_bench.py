@@ -312,17 +312,15 @@ async def measure_stdio(
 ) -> HttpMeasured:
     """A stdio client (bench/client.py) → the hop it spawns → a fast HTTP
     server; or, with no hop, → the stdio server it spawns (a direct run)."""
-    assert run.hop is not None or run.server is not None
+    assert run.server is not None  # the HTTP server behind the hop, or the stdio server
     conn: Connection | None = None
     server: Service | None = None
     with (logdir / f"{run.key}.stderr").open("ab") as log:
         try:
             port = free_port()
-            if run.hop is None:
-                assert run.server is not None
+            if run.hop is None:  # direct: the client spawns the stdio server itself
                 command = list(run.server)
             else:
-                assert run.server is not None
                 server = await start(
                     f"{run.key} server", run.server, port, port, run.server_ready, log
                 )
