@@ -1,6 +1,7 @@
 """Measure one HTTP run: start its processes (a fast HTTP server, a hop, or
 both), wait until they answer, drive bench/http_client.py through the phases
-(or, for a hop with a stdio front, bench/client.py on its stdin/stdout), read
+(bench/sse_client.py for an HTTP+SSE front; for a hop with a stdio front, or a
+stdio server spoken to directly, bench/client.py on its stdin/stdout), read
 CPU and memory from /proc, and stop everything by pid."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from bench import procs
 from bench.client import MODERN_ELICIT_CAPS, BenchError, Connection, LoadResult, spawn
@@ -22,10 +23,21 @@ from bench.http_client import HttpClient
 from bench.http_setups import HttpRun
 from bench.report import CONCURRENCIES, MRTR_CONCURRENCIES, _sliced_p50_ns
 from bench.setups import ROOT
+from bench.sse_client import SseClient
 
 READY_TIMEOUT = 60.0
 LIVE: set[Service] = set()
 LIVE_STDIO: set[Connection] = set()  # stdio-front hops, closed by bench/run.py on exit
+
+
+class LoadClient(Protocol):
+    """What drives an HTTP run's phases: bench/http_client.py or bench/sse_client.py."""
+
+    name: str
+
+    async def load(
+        self, concurrency: int, seconds: float, max_replies: int, work: str = "echo"
+    ) -> LoadResult: ...
 
 
 @dataclass(eq=False)
@@ -185,7 +197,7 @@ def _reaped_seconds(pid: int) -> float:
 
 
 async def _phase(
-    client: HttpClient, c: int, seconds: float, cap: int, work: str = "echo"
+    client: LoadClient, c: int, seconds: float, cap: int, work: str = "echo"
 ) -> LoadResult:
     result = await client.load(c, seconds, cap or 10**9, work)
     if result.errors:
@@ -204,7 +216,7 @@ async def measure(
     if run.front == "stdio":
         return await measure_stdio(run, seconds, warmup, cap, logdir)
     services: list[Service] = []
-    client: HttpClient | None = None
+    client: HttpClient | SseClient | None = None
     with (logdir / f"{run.key}.stderr").open("ab") as log:
         try:
             server_port = hop_port = free_port()
@@ -220,7 +232,10 @@ async def measure(
                 hop = await start(run.key, run.hop, hop_port, server_port, run.ready, log, stop)
                 services.append(hop)
             caps = MODERN_ELICIT_CAPS if run.work == "ask" else None
-            client = HttpClient(run.key, "127.0.0.1", hop_port, run.client_era, caps=caps)
+            if run.front == "sse":
+                client = SseClient(run.key, "127.0.0.1", hop_port)
+            else:
+                client = HttpClient(run.key, "127.0.0.1", hop_port, run.client_era, caps=caps)
             await client.handshake(timeout=60.0)
             return await _measure(client, run, hop, server, seconds, warmup, cap)
         finally:
@@ -232,7 +247,7 @@ async def measure(
 
 
 async def _measure(
-    client: HttpClient,
+    client: LoadClient,
     run: HttpRun,
     hop: Service | None,
     server: Service | None,
@@ -295,15 +310,21 @@ async def _stdio_phase(conn: Connection, c: int, seconds: float, cap: int) -> Lo
 async def measure_stdio(
     run: HttpRun, seconds: float, warmup: float, cap: int, logdir: Path
 ) -> HttpMeasured:
-    """A stdio client (bench/client.py) → the hop it spawns → a fast HTTP server."""
-    assert run.hop is not None and run.server is not None
+    """A stdio client (bench/client.py) → the hop it spawns → a fast HTTP
+    server; or, with no hop, → the stdio server it spawns (a direct run)."""
+    assert run.server is not None  # the HTTP server behind the hop, or the stdio server
     conn: Connection | None = None
     server: Service | None = None
     with (logdir / f"{run.key}.stderr").open("ab") as log:
         try:
             port = free_port()
-            server = await start(f"{run.key} server", run.server, port, port, run.server_ready, log)
-            command = [a.replace("{upstream}", str(port)) for a in run.hop]
+            if run.hop is None:  # direct: the client spawns the stdio server itself
+                command = list(run.server)
+            else:
+                server = await start(
+                    f"{run.key} server", run.server, port, port, run.server_ready, log
+                )
+                command = [a.replace("{upstream}", str(port)) for a in run.hop]
             conn = await spawn(run.key, command, run.client_era, log, str(ROOT))
             LIVE_STDIO.add(conn)
             await conn.handshake(timeout=60.0)
@@ -317,15 +338,23 @@ async def measure_stdio(
 
 
 async def _measure_stdio(
-    conn: Connection, server: Service, seconds: float, warmup: float, cap: int, run: HttpRun
+    conn: Connection,
+    server: Service | None,
+    seconds: float,
+    warmup: float,
+    cap: int,
+    run: HttpRun,
 ) -> HttpMeasured:
+    """`server` None: the process `conn` spawned is the server, and there is no hop."""
     top = CONCURRENCIES[-1]
     await _stdio_phase(conn, top, warmup, 0)  # warm caches, code paths and connections
 
     def server_pids() -> list[int]:
+        if server is None:
+            return [conn.pid, *conn.tree()]
         return [server.pid, *server.descendants()]
 
-    everything = [0, conn.pid, *conn.tree(), *server_pids()]
+    everything = [0, conn.pid, *conn.tree(), *([] if server is None else server_pids())]
     latency = await _pinned_latency(
         everything, lambda c, s, n: _stdio_phase(conn, c, s, n), seconds, warmup, cap
     )
@@ -340,6 +369,17 @@ async def _measure_stdio(
     served = sum((procs.cpu_seconds(p) or cpu0.get(p, 0.0)) - cpu0.get(p, 0.0) for p in pids)
     hop_cpu = ((procs.cpu_seconds(conn.pid) or hop0) - hop0) / n * 1e6
     rss = [procs.vm_hwm_kib(pid) for pid in pids]
+    if server is None:  # direct: the spawned process is the server, already counted
+        return HttpMeasured(
+            run,
+            latency,
+            loads,
+            None,
+            sum(r for r in rss if r is not None) or None,
+            None,
+            served / n * 1e6,
+            own / n * 1e6,
+        )
     return HttpMeasured(
         run,
         latency,

@@ -43,7 +43,9 @@ class HttpRun:
     hop: tuple[str, ...] | None  # the proxy under test (None: direct)
     ready: str = "/readyz"  # the hop's readiness path (200 once it serves)
     server: tuple[str, ...] | None = None  # an HTTP server: direct target or HTTP back
-    front: str = "http"  # how the client speaks to the hop: http | stdio (spawns the hop)
+    # How the client speaks to the hop: http | stdio (spawns the hop, or with no
+    # hop the stdio server itself) | sse (the deprecated HTTP+SSE transport).
+    front: str = "http"
     # The server's readiness: 200 on this path, or (None) any answer to GET /mcp,
     # for a server with no health route (mcp 1.30 FastMCP).
     server_ready: str | None = "/readyz"

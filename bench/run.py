@@ -21,7 +21,16 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import http_bench, http_report, http_setups, procs, report, setups
+from bench import (
+    http_bench,
+    http_report,
+    http_setups,
+    procs,
+    report,
+    setups,
+    sse_report,
+    sse_setups,
+)
 from bench.client import (
     LEGACY_ELICIT_CAPS,
     MODERN_ELICIT_CAPS,
@@ -31,7 +40,7 @@ from bench.client import (
     spawn,
 )
 
-GROUP_CODES = ("ml", "ll", "lm", "mm", "py1", "mrtr", "http")
+GROUP_CODES = ("ml", "ll", "lm", "mm", "py1", "mrtr", "http", "sse")
 LIVE: set[Connection] = set()
 
 
@@ -176,7 +185,7 @@ async def amain(args: argparse.Namespace) -> int:
     if not wanted <= set(GROUP_CODES):
         print(f"unknown --groups {sorted(wanted - set(GROUP_CODES))}", file=sys.stderr)
         return 2
-    py1_why = setups.py1_missing() if wanted & {"py1", "http"} else None
+    py1_why = setups.py1_missing() if wanted & {"py1", "http", "sse"} else None
     if py1_why:
         print(f"skipping the real SDK server: {py1_why}", file=sys.stderr)
     if args.profile:
@@ -194,6 +203,15 @@ async def amain(args: argparse.Namespace) -> int:
         http_groups = http_setups.groups(present, args.profile, with_py1=not py1_why)
         mrtr_http = http_setups.mrtr_http(http_groups, args.profile)
     http_order = http_setups.runs_in_order(http_groups) + ([mrtr_http.run] if mrtr_http else [])
+    sse_groups: list[sse_setups.SseGroup] = []
+    if "sse" in wanted:
+        sg_why = http_setups.proxies_missing().get("supergateway")
+        if sg_why:
+            print(f"sse group: not measuring supergateway: {sg_why}", file=sys.stderr)
+        sse_groups = sse_setups.groups(not sg_why, args.profile, with_py1=not py1_why)
+    # Measured every round, supergateway too, after the HTTP runs: the
+    # comparison with supergateway is the point of the group.
+    sse_order = sse_setups.runs_in_order(sse_groups)
     rounds: dict[str, list[report.Measured]] = {}
     http_rounds: dict[str, list[http_bench.HttpMeasured]] = {}
     parked: dict[str, Any] | None = None
@@ -211,8 +229,8 @@ async def amain(args: argparse.Namespace) -> int:
                     print(f"FAILED: {exc}\n--- stderr of {run.key} ---\n{tail}", file=sys.stderr)
                     return 1
                 rounds.setdefault(run.key, []).append(got)
-            for hrun in http_order:
-                if n > 1 and hrun.kind in http_setups.OTHER_PROXIES:
+            for hrun in http_order + sse_order:
+                if n > 1 and hrun.kind in http_setups.OTHER_PROXIES and hrun.front != "sse":
                     continue  # measured once: the goals ask for factors of 4, and time is short
                 print(f"… round {n}/{args.rounds} {hrun.key:<13} {hrun.label}", file=sys.stderr)
                 run_started = time.monotonic()
@@ -247,8 +265,8 @@ async def amain(args: argparse.Namespace) -> int:
         mrtr_text = f"{mrtr_runs}\n\n{mrtr_ratio}\n\n{parked_table}"
         verdicts += mrtr_verdicts + parked_verdicts
     http_text = ""
+    hm = {key: http_bench.best_of(ms) for key, ms in http_rounds.items()}
     if http_groups:
-        hm = {key: http_bench.best_of(ms) for key, ms in http_rounds.items()}
         missing = [f"{kind}: {why}" for kind, why in proxies_why.items()]
         if py1_why:
             missing.append(f"the real server (mcp 1.30 FastMCP): {py1_why}")
@@ -266,7 +284,14 @@ async def amain(args: argparse.Namespace) -> int:
         verdicts += http_report.floor_verdicts(http_groups, hm)
         verdicts += http_report.real_server_verdicts(http_groups, hm)
         verdicts += http_report.mrtr_verdicts(mrtr_http, hm) if mrtr_http else []
-        verdicts += http_report.rss_verdicts(list(hm.values()))
+        verdicts += http_report.rss_verdicts([hm[r.key] for r in http_order])
+    sse_text = ""
+    if sse_groups:
+        sse_text = (
+            f"{http_report.runs_table([hm[r.key] for r in sse_order])}\n\n"
+            f"{sse_report.ratios_table(sse_groups, hm)}\n\n"
+            + "\n".join(f"- {line}" for line in sse_report.comparison_lines(sse_groups, hm))
+        )
     settings = (
         f"best of {args.rounds} round(s); {seconds:g} s per phase after {warmup:g} s warm-up"
         + (f", at most {args.requests} replies per phase" if args.requests else "")
@@ -275,7 +300,7 @@ async def amain(args: argparse.Namespace) -> int:
         + f"; whole run {elapsed:.0f} s"
     )
     info = report.machine_info(max(0.0, others) / elapsed)
-    tables = [t for t in (runs, ratios, mrtr_text, http_text) if t]
+    tables = [t for t in (runs, ratios, mrtr_text, http_text, sse_text) if t]
     print("\n" + "\n\n".join([*tables, "\n".join(verdicts)]))
     print(f"\n{info['date']} · nproc {info['nproc']} · {info['python']} · {settings}", flush=True)
     if args.out:
@@ -284,6 +309,7 @@ async def amain(args: argparse.Namespace) -> int:
             ("Ratios against the baselines", ratios),
             ("MRTR round trip and parked calls", mrtr_text),
             ("Streamable HTTP: against direct HTTP and other proxies", http_text),
+            ("HTTP+SSE: against direct stdio, supergateway, the Streamable HTTP front", sse_text),
         ]
         text = report.markdown(info, settings, sections, verdicts)
         Path(args.out).write_text(text)  # noqa: ASYNC240 (the run is over)

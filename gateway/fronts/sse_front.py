@@ -88,8 +88,9 @@ class SseFront:
             self.sessions.end(session)
 
     async def _write(self, session: SseSession, receive: Receive, send: Send) -> None:
-        """The session's messages as events, a comment every `keepalive`
-        seconds of silence, until the client goes or the session is stopped."""
+        """The session's messages as events (those queued together in one
+        write), a comment every `keepalive` seconds of silence, until the
+        client goes or the session is stopped."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_disconnect, receive, tg.cancel_scope)
             while True:  # ends when the client goes or the outbox closes

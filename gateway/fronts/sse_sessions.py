@@ -33,6 +33,9 @@ log = structlog.get_logger("gateway.fronts.sse")
 
 # The bytes of events waiting for one stream (with MAX_QUEUED messages).
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
+# Events already queued go out together up to this many bytes: under load
+# replies come in bursts, and each write is a send() (and an HTTP chunk).
+MAX_BATCH_BYTES = 64 * 1024
 # secrets.token_urlsafe(24): 32 characters of the URL-safe alphabet.
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{32}")
 
@@ -67,7 +70,9 @@ class EventQueue:
             self._event.set()
 
     async def get(self) -> bytes:
-        """The next event; anyio.EndOfStream once closed and drained."""
+        """The next event and those queued after it, in order, up to
+        MAX_BATCH_BYTES (one event at least, however large);
+        anyio.EndOfStream once closed and drained."""
         while not self._items:  # each pass waits for a put or the close
             if self.closed:
                 raise anyio.EndOfStream
@@ -76,7 +81,15 @@ class EventQueue:
                 await event.wait()
             finally:
                 self._event = None
-        data = self._items.popleft()
+        items = self._items
+        data = items.popleft()
+        if items and len(data) + len(items[0]) <= MAX_BATCH_BYTES:
+            batch = [data]
+            size = len(data)
+            while items and size + len(items[0]) <= MAX_BATCH_BYTES:
+                size += len(items[0])
+                batch.append(items.popleft())
+            data = b"".join(batch)
         self.size -= len(data)
         return data
 
