@@ -15,6 +15,7 @@ FAIL, never skip.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gateway.core import task_shapes
 from tests.test_http_back import PEERS, Peer, free_port
 
 pytestmark = [pytest.mark.peers]
@@ -149,3 +151,66 @@ def test_a_cancelled_call_cancels_its_task_upstream() -> None:
         stdin.close()
         gateway.wait(timeout=15)
         stdout.close()
+
+
+def test_a_modern_client_gets_a_task_for_a_slow_call_of_a_legacy_server() -> None:
+    """Issue #16: "Modern client (declaring the extension) → legacy server:
+    the gateway may answer a `tools/call` with a task handle when the legacy
+    call outlasts a configurable threshold", with the mcp 1.30 FastMCP
+    fixture: discover declares the extension, a 2.5 s call past `[tasks]
+    after` (0.5 s) is a task whose tasks/get ends completed with the result;
+    a cancelled task's call is cancelled upstream and the server goes on."""
+    peers_installed()
+    legacy = [PY1, str(REPO / "compat_matrix/peers/py1_server.py")]
+    env = {**os.environ, "MCP_ERA_GATEWAY_TASKS_AFTER": "0.5"}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {task_shapes.EXTENSION: {}}},
+    }
+    with subprocess.Popen(
+        [*GATEWAY, "--", *legacy],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as gateway:
+        assert gateway.stdin is not None and gateway.stdout is not None
+        stdin, stdout = gateway.stdin, gateway.stdout
+        ids = iter(range(1, 1000))
+
+        def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            msg_id = next(ids)
+            body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+            stdin.write(json.dumps({**body, "params": {**params, "_meta": meta}}).encode() + b"\n")
+            stdin.flush()
+            while True:  # ends at the reply (the test's timeout bounds it)
+                msg: dict[str, Any] = json.loads(stdout.readline())
+                if msg.get("id") == msg_id:
+                    return msg
+
+        try:
+            discover = request("server/discover", {})
+            assert task_shapes.EXTENSION in discover["result"]["capabilities"]["extensions"]
+            created = request("tools/call", {"name": "slow", "arguments": {"ms": 2500}})
+            task = created["result"]
+            assert task["resultType"] == "task" and task["status"] == "working", created
+            deadline = time.monotonic() + 20
+            while True:  # polls at the task's interval until it ends
+                polled = request("tasks/get", {"taskId": task["taskId"]})["result"]
+                if polled["status"] != "working" or time.monotonic() > deadline:
+                    break
+                time.sleep(task["pollIntervalMs"] / 1000)
+            assert polled["status"] == "completed", polled
+            assert polled["result"]["content"][0]["text"] == "done", polled
+            stuck = request("tools/call", {"name": "slow", "arguments": {"ms": 60_000}})
+            task_id = stuck["result"]["taskId"]
+            assert request("tasks/cancel", {"taskId": task_id})["result"] == {
+                "resultType": "complete"
+            }
+            assert request("tasks/get", {"taskId": task_id})["result"]["status"] == "cancelled"
+            echo = request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
+            assert echo["result"]["content"][0]["text"] == "still here", echo
+        finally:
+            stdin.close()
+            gateway.wait(timeout=15)

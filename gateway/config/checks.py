@@ -177,6 +177,8 @@ def _check_bounds(cfg: Config) -> None:
         "health_interval",
         "tasks_poll_interval",
         "tasks_max_wait",
+        "tasks_after",
+        "tasks_ttl",
     )
     for name in positive:
         value = getattr(cfg, name)
@@ -211,6 +213,7 @@ def _check_bounds(cfg: Config) -> None:
         "http_max_sessions",
         "http_max_concurrent",
         "http_max_connections",
+        "tasks_max_live",
     )
     for name in at_least_one:
         if getattr(cfg, name) < 1:

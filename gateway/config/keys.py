@@ -59,6 +59,10 @@ KEYS: dict[tuple[str, str], str] = {
     ("tasks", "for_legacy_clients"): "tasks_for_legacy_clients",
     ("tasks", "poll_interval"): "tasks_poll_interval",
     ("tasks", "max_wait"): "tasks_max_wait",
+    ("tasks", "for_modern_clients"): "tasks_for_modern_clients",
+    ("tasks", "after"): "tasks_after",
+    ("tasks", "ttl"): "tasks_ttl",
+    ("tasks", "max_live"): "tasks_max_live",
     ("upstream", "roots"): "static_roots",
     # The older spelling of [upstream] roots, still read.
     ("mrtr", "static_roots"): "static_roots",

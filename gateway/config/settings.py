@@ -77,6 +77,14 @@ class Config:
     tasks_for_legacy_clients: bool = True
     tasks_poll_interval: float = 1.0
     tasks_max_wait: float = 3600.0
+    # For modern clients that declare the extension, of a legacy server: a
+    # tools/call still running after `after` seconds is answered with a task
+    # of the gateway's own, which lives `ttl` seconds; at most `max_live` at
+    # once (past that, calls are answered when they end).
+    tasks_for_modern_clients: bool = True
+    tasks_after: float = 2.0
+    tasks_ttl: float = 3600.0
+    tasks_max_live: int = 1000
     # [upstream] roots: answer roots/list when no client call can carry it
     static_roots: tuple[dict[str, Any], ...] = ()
     # HTTP front (--listen HOST:PORT)

@@ -167,8 +167,12 @@ class HeldCall:
         max_rounds: int,
         replay_answers: dict[str, Any] | None = None,
         replay_round: int = 0,
+        wait_limit: float | None = None,
     ) -> None:
         self.handle = handle
+        # How long a round may wait for the server's outcome; None: the
+        # gateway's request_timeout (a task's call waits its time to live).
+        self.wait_limit = wait_limit
         self.principal = principal
         self.method = method
         self.digest = digest

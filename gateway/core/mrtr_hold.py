@@ -272,11 +272,12 @@ class HoldTable:
         return ShapeReply(hold.key, client_id, hold.reply)
 
     def _wait_timed_out(self, hold: Hold, event: WaitTimedOut) -> list[Command]:
-        why = "no result and no input request within request_timeout"
+        why = "no result and no input request within its time"
         cmds = [*self._stop_waiting(hold), *self.book.close(hold, why, event.now)]
         hold.busy = False
         self.book.settle(hold)
-        error = replies.upstream_timeout(event.client_id, self.settings.request_timeout)
+        limit = hold.call.wait_limit or self.settings.request_timeout
+        error = replies.upstream_timeout(event.client_id, limit)
         return [*cmds, ReplyToClient(error)]
 
     def _client_gone(self, hold: Hold, event: ClientGone) -> list[Command]:
@@ -341,7 +342,8 @@ class HoldTable:
 
     def _await(self, hold: Hold, client_id: wire.RequestId, now: float) -> list[Command]:
         hold.waiting = True
-        due = StartTimer(OutcomeDue(hold.key), now + self.settings.request_timeout)
+        limit = hold.call.wait_limit or self.settings.request_timeout
+        due = StartTimer(OutcomeDue(hold.key), now + limit)
         return [due, AwaitOutcome(hold.key, client_id)]
 
     def _stop_waiting(self, hold: Hold) -> list[Command]:

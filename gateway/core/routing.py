@@ -73,13 +73,17 @@ def route_request(
     *,
     shapes_checked: bool = False,
     tasks_for_legacy: bool = False,
+    tasks_for_modern: bool = False,
 ) -> Decision:
     """`passthrough`: extra methods (vendor extensions) a modern client may send
     to a legacy server as they are. `shapes_checked`: the message passed
     `inbound.problem` where it came in, so its `_meta` types need no second look.
     `tasks_for_legacy`: a legacy client's tools/call to a modern server that
     offers the tasks extension declares it, and the gateway polls the task the
-    server may answer with (core/legacy_input.py)."""
+    server may answer with (core/legacy_input.py). `tasks_for_modern`: the
+    gateway offers modern clients of a legacy server tasks of its own
+    (runtime/task_runner.py): discover declares the extension, and the
+    tasks/* requests are its."""
     msg_id: wire.RequestId = msg["id"]
     method: str = msg["method"]
     params: dict[str, Any] | None = msg.get("params")
@@ -91,7 +95,9 @@ def route_request(
             problem = era.check_modern_meta(msg)
         if problem is not None:
             return Reply(problem)
-        return _route_modern(msg, msg_id, method, params, profile, discover_cache, passthrough)
+        return _route_modern(
+            msg, msg_id, method, params, profile, discover_cache, passthrough, tasks_for_modern
+        )
     if method == "initialize":
         return _open_session(msg_id, params, session, profile)
     if method == "ping":
@@ -161,6 +167,7 @@ def _route_modern(
     profile: UpstreamProfile,
     discover_cache: translate.CacheHint,
     passthrough: frozenset[str],
+    tasks_for_modern: bool = False,
 ) -> Decision:
     if method in era.REMOVED_IN_MODERN:
         return _method_not_found(msg_id, method, f"removed in protocol {era.NEWEST_MODERN}")
@@ -171,16 +178,21 @@ def _route_modern(
         return Forward(method, params, Shape.PASS, era.Era.MODERN, caps, level)
     if method == "server/discover":
         assert profile.initialize is not None
-        return Reply(
-            wire.result_response(
-                msg_id,
-                translate.discover_from_initialize(
-                    profile.initialize,
-                    era.MODERN_VERSIONS,
-                    discover_cache,
-                ),
-            )
+        discovered = translate.discover_from_initialize(
+            profile.initialize, era.MODERN_VERSIONS, discover_cache
         )
+        if tasks_for_modern:
+            discovered["capabilities"] = task_shapes.with_extension(
+                discovered.get("capabilities") or {}
+            )
+        return Reply(wire.result_response(msg_id, discovered))
+    if tasks_for_modern and method in task_shapes.TASK_METHODS:
+        # The gateway's own tasks (SEP-2663): only for a client that declares
+        # the extension on the request ("Task Status Notifications", the
+        # capability-negotiation scenarios: -32021 otherwise).
+        if not task_shapes.offered_by(caps):
+            return Reply(task_shapes.missing_extension(msg_id))
+        return Forward(method, params, Shape.TO_MODERN, era.Era.MODERN, caps, level)
     if method not in era.BRIDGED_TO_LEGACY and method not in passthrough:
         # 2026-07-28 streamable-http "Protocol Version Header": an unknown method
         # is -32601 (HTTP 404). A legacy server may say anything about it (mcp

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, TypeGuard
 
+from gateway import wire
+
 EXTENSION = "io.modelcontextprotocol/tasks"
 TASK = "task"  # the resultType of a CreateTaskResult
 WORKING, INPUT_REQUIRED = "working", "input_required"
@@ -94,3 +96,51 @@ def _milliseconds(value: object) -> float | None:
 def request_params(task_id: str, **fields: Any) -> dict[str, Any]:
     """The params of a tasks/get, tasks/update or tasks/cancel."""
     return {"taskId": task_id, **fields}
+
+
+def missing_extension(msg_id: wire.RequestId) -> wire.Message:
+    """-32021 for a request that needs the extension its client did not
+    declare ("Capability Negotiation")."""
+    return wire.error_response(
+        msg_id,
+        wire.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"Missing required client capability: extensions[{EXTENSION!r}]",
+        {"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
+    )
+
+
+# -- the answers the gateway gives for its own tasks (runtime/task_runner.py) ----------
+def created(msg_id: wire.RequestId, task: dict[str, Any]) -> wire.Message:
+    """A CreateTaskResult: the task's seed state ("Task Creation")."""
+    return wire.result_response(msg_id, {"resultType": TASK, **task})
+
+
+def current(msg_id: wire.RequestId, task: dict[str, Any]) -> wire.Message:
+    """A tasks/get result: the DetailedTask, `resultType` "complete"."""
+    return wire.result_response(msg_id, {"resultType": "complete", **task})
+
+
+def acknowledged(msg_id: wire.RequestId) -> wire.Message:
+    """The empty acknowledgement of tasks/update and tasks/cancel."""
+    return wire.result_response(msg_id, {"resultType": "complete"})
+
+
+def not_found(msg_id: wire.RequestId, task_id: object) -> wire.Message:
+    """-32602 for an unknown task ("Task Polling"); the id quoted short, as a
+    client may send anything."""
+    shown = repr(task_id)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return wire.error_response(msg_id, wire.INVALID_PARAMS, f"Task not found: {shown}")
+
+
+def input_responses(params: dict[str, Any]) -> dict[str, Any] | None:
+    """A tasks/update's answers, or None when they are not an object."""
+    responses = params.get("inputResponses")
+    return responses if isinstance(responses, dict) else None
+
+
+def bad_update(msg_id: wire.RequestId) -> wire.Message:
+    return wire.error_response(
+        msg_id, wire.INVALID_PARAMS, "Invalid params: inputResponses must be an object"
+    )

@@ -30,6 +30,7 @@ from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.listens import Listens
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.session_listen import SessionListen
+from gateway.runtime.task_runner import TaskRunner
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import (
@@ -64,12 +65,14 @@ class ClientCalls:
         self.on_session = on_session = SessionCalls(config, pool, links, listens, tracing)
         self.bridge = MrtrBridge(config, on_session.forward, on_session.shape)
         self.legacy_input = LegacyInputLoop(config, on_session.forward)
+        self.tasks = TaskRunner(config, self.bridge, on_session)
         self._discover_hint = config.cache_hint("server/discover")
         self._tg: anyio.abc.TaskGroup | None = None
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
         self.bridge.start(tg)
+        self.tasks.start(tg)
 
     def take(
         self,
@@ -101,6 +104,7 @@ class ClientCalls:
             self.config.passthrough_methods,
             shapes_checked=True,  # the front ran inbound.problem
             tasks_for_legacy=self.config.tasks_for_legacy_clients,
+            tasks_for_modern=self.config.tasks_for_modern_clients,
         )
         if isinstance(decision, routing.Reply) and decision.opens_session is not None:
             if fast:
@@ -128,7 +132,11 @@ class ClientCalls:
         if isinstance(decision, routing.Reply):
             link.send_nowait(decision.message)
             return True
-        if decision.shape is routing.Shape.TO_MODERN and MrtrBridge.takes(decision, msg):
+        if decision.shape is routing.Shape.TO_MODERN and (
+            MrtrBridge.takes(decision, msg)
+            or decision.method in task_shapes.TASK_METHODS
+            or self.tasks.takes(decision, msg)
+        ):
             return False
         session = pool.session_now(link.principal, decision.client_capabilities, legacy)
         if session is None or session.profile is None or session.profile.era is not profile.era:
@@ -296,6 +304,10 @@ class ClientCalls:
             return wire.result_response(msg["id"], {})
         if to_modern and decision.method == "subscriptions/listen":
             return await self.listens.listen(link, msg, session)
+        if to_modern and decision.method in task_shapes.TASK_METHODS:
+            return await self.tasks.serve(link, msg)
+        if to_modern and self.tasks.takes(decision, msg):
+            return await self.tasks.call(link, msg, decision, session)
         if to_modern and MrtrBridge.takes(decision, msg):
             return await self.bridge.call(link, msg, decision, session)
         return None

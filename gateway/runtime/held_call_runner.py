@@ -211,7 +211,8 @@ class HeldCallRunner:
     async def _run_upstream(self, entry: HeldEntry) -> None:
         # A parked call may wait for its client for state_ttl per round; this is
         # the hard ceiling on the whole upstream call.
-        ceiling = self.config.request_timeout + self.config.state_ttl * self.config.max_rounds
+        wait = entry.call.wait_limit or self.config.request_timeout
+        ceiling = wait + self.config.state_ttl * self.config.max_rounds
         reply: wire.Message | None = None
         failed = False
         try:

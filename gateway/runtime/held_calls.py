@@ -134,8 +134,15 @@ class MrtrBridge:
         )
 
     async def call(
-        self, link: ClientLink, msg: wire.Message, decision: Forward, session: UpstreamSession
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        decision: Forward,
+        session: UpstreamSession,
+        wait_limit: float | None = None,
     ) -> wire.Message:
+        """`wait_limit`: how long each round waits for the server (a task's
+        call: its time to live); request_timeout when None."""
         msg_id = msg["id"]
         params = msg.get("params") or {}
         # MRTR plumbing is the gateway's business: a legacy server never sees it.
@@ -154,6 +161,7 @@ class MrtrBridge:
             call = self._new_call(link, msg, decision, replay={}, replay_round=0)
         else:
             call = self._new_call(link, msg, decision)
+        call.wait_limit = wait_limit
         return await self.runner.run(msg_id, call, link, decision, session)
 
     def _new_call(

@@ -110,19 +110,21 @@ class SessionCalls:
         decision: routing.Forward,
         session: UpstreamSession,
         client_id: wire.RequestId,
+        timeout: float | None = None,
     ) -> wire.Message:
         """Forward a call, holding the session's lease when a server request
-        during it could need a client (DESIGN §5.1.6)."""
+        during it could need a client (DESIGN §5.1.6). `timeout`: the bound
+        on the call (request_timeout when None)."""
         lease, kind = session.lease, self.lease_for(link, decision, session)
         if kind is Lease.NONE:
-            return await self.forward(link, decision, session, client_id=client_id)
+            return await self.forward(link, decision, session, timeout, client_id)
         with anyio.fail_after(self.config.request_timeout):
             if kind is Lease.EXCLUSIVE:
                 await lease.acquire_exclusive(link)
             else:
                 await lease.acquire_shared()
         try:
-            return await self.forward(link, decision, session, client_id=client_id)
+            return await self.forward(link, decision, session, timeout, client_id)
         finally:
             if kind is Lease.EXCLUSIVE:
                 lease.release_exclusive(link)
