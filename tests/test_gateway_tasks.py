@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import httpx
 
 from gateway import era, wire
 from gateway.core import task_shapes
+from tests.inprocess import ACCEPT, MODERN_META, V, http_gateway
 from tests.mock_clock import on_mock_clock
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server
 
@@ -201,3 +203,42 @@ async def test_switched_off_the_task_methods_are_not_found() -> None:
         discover = await c.call("server/discover")
     assert refused["error"]["code"] == wire.METHOD_NOT_FOUND
     assert "extensions" not in discover["result"]["capabilities"]
+
+
+async def slow_tool(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    await anyio.sleep(0.5)
+    return {"content": [{"type": "text", "text": "slow done"}]}
+
+
+async def test_over_http_a_task_names_its_replica_and_is_polled_from_another_connection() -> None:
+    """Issue #16: "a task polled from a second connection"; a task lives on
+    the replica that runs it, so its answer carries the affinity cookie
+    (docs/deployment.md), and SEP-2663 "Streamable HTTP: Routing Headers":
+    tasks/get carries the task id in Mcp-Name."""
+    async with http_gateway(legacy_server({"tools/call": slow_tool}), tasks_after=0.05) as g:
+        created = await g.modern(
+            "tools/call", {"name": "slow", "arguments": {}, "_meta": TASKS_META}
+        )
+        task = created.json()["result"]
+        assert task["resultType"] == "task", task
+        assert created.headers["set-cookie"].startswith("mcp_era_gateway_replica=")
+        transport = httpx.ASGITransport(app=g.front)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as other:
+            params = {"taskId": task["taskId"], "_meta": {**MODERN_META, **TASKS_META}}
+            body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": params}
+            headers = {
+                "accept": ACCEPT,
+                "mcp-protocol-version": V,
+                "mcp-method": "tasks/get",
+                "mcp-name": task["taskId"],
+            }
+            with anyio.fail_after(10):
+                while True:  # polls until the task ends
+                    polled = (await other.post("/mcp", json=body, headers=headers)).json()
+                    if polled["result"]["status"] != "working":
+                        break
+                    await anyio.sleep(0.05)
+            wrong = await other.post("/mcp", json=body, headers={**headers, "mcp-name": "x"})
+    assert polled["result"]["status"] == "completed", polled
+    assert polled["result"]["result"]["content"][0]["text"] == "slow done"
+    assert wrong.status_code == 400  # Mcp-Name must be the task id

@@ -74,7 +74,9 @@ async def test_input_required_names_the_replica_in_a_cookie(tmp_path: Path) -> N
         asked = await _ask(client)
         assert asked.json()["result"]["resultType"] == "input_required"
         cookie = asked.headers["set-cookie"]
-        assert cookie.startswith("mcp_era_gateway_replica=gw-a; Path=/; Max-Age=300;")
+        # As long as a held call waits (state_ttl, 300 s) or a task lives
+        # ([tasks] ttl, 3600 s), whichever is longer.
+        assert cookie.startswith("mcp_era_gateway_replica=gw-a; Path=/; Max-Age=3600;")
         # httpx keeps cookies, as a browser-like client would: the retry brings it.
         assert client.cookies["mcp_era_gateway_replica"] == "gw-a"
         done = await _retry(client, asked)

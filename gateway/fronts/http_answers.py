@@ -13,6 +13,7 @@ import orjson
 from gateway import wire
 from gateway.core import http_binding
 from gateway.core.mrtr_shapes import is_input_required
+from gateway.core.task_shapes import is_task
 from gateway.fronts.asgi import Receive, Scope, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_output import Inbox
 from gateway.fronts.port import Readiness
@@ -61,6 +62,13 @@ class Answer:
         else:
             await respond(send, http_binding.status_for(reply), reply)
         self.state = "done"
+
+
+def needs_affinity(result: object) -> bool:
+    """Whether the answer leaves state on this replica that the client
+    comes back for: a held call's input_required, or a task of the
+    gateway's own (the affinity cookie then names the replica)."""
+    return is_input_required(result) or is_task(result)
 
 
 def is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
@@ -199,7 +207,7 @@ async def answer_request(
             status, challenge = refusal
             if challenge is not None:
                 extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
-        if affinity is not None and is_input_required(first.get("result")):
+        if affinity is not None and needs_affinity(first.get("result")):
             extra.append(affinity)
         answer.state = "json"
         await respond(send, status, first, extra)

@@ -19,10 +19,15 @@ from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import http_binding
-from gateway.core.mrtr_shapes import is_input_required
 from gateway.fronts.asgi import ClientGone, Receive, Send, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
-from gateway.fronts.http_answers import Answer, answer_request, is_reply_to, respond
+from gateway.fronts.http_answers import (
+    Answer,
+    answer_request,
+    is_reply_to,
+    needs_affinity,
+    respond,
+)
 from gateway.fronts.http_output import HttpOutput, Inbox
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.legacy_streams import LegacyStreams, WholeAnswer
@@ -242,7 +247,7 @@ class HttpCalls:
             return None
         status = http_binding.status_for(reply) if call.modern else 200
         headers: tuple[tuple[bytes, bytes], ...] = JSON_HEADERS
-        if self.affinity is not None and is_input_required(reply.get("result")):
+        if self.affinity is not None and needs_affinity(reply.get("result")):
             headers = (*JSON_HEADERS, self.affinity)
         return WholeAnswer(status, headers, orjson.dumps(reply))
 
@@ -291,11 +296,12 @@ class HttpCalls:
 
 def affinity_header(config: Config, replica: str) -> tuple[bytes, bytes] | None:
     """The Set-Cookie that names this replica (None: `[http] affinity_cookie`
-    is empty). It lasts as long as a held call waits for its retry."""
+    is empty). It lasts as long as a held call waits for its retry, or a
+    task of the gateway's own lives."""
     name = config.http_affinity_cookie
     if not name:
         return None
-    cookie = (
-        f"{name}={replica}; Path=/; Max-Age={math.ceil(config.state_ttl)}; HttpOnly; SameSite=Lax"
-    )
+    tasks = config.tasks_ttl if config.tasks_for_modern_clients else 0
+    age = math.ceil(max(config.state_ttl, tasks))
+    cookie = f"{name}={replica}; Path=/; Max-Age={age}; HttpOnly; SameSite=Lax"
     return (b"set-cookie", cookie.encode("latin-1"))
