@@ -12,12 +12,16 @@ from typing import Any
 
 import anyio
 import httpx
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import era, wire
 from gateway.core import task_shapes
 from tests.inprocess import ACCEPT, MODERN_META, V, http_gateway
-from tests.mock_clock import on_mock_clock
+from tests.mock_clock import mock_clock, on_mock_clock
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server
+from tests.test_fuzz_fronts import FUZZ, JSON
 
 EXT: dict[str, Any] = {task_shapes.EXTENSION: {}}
 TASKS_META = {era.CLIENT_CAPABILITIES: {"elicitation": {}, "extensions": EXT}}
@@ -242,3 +246,60 @@ async def test_over_http_a_task_names_its_replica_and_is_polled_from_another_con
     assert polled["result"]["status"] == "completed", polled
     assert polled["result"]["result"]["content"][0]["text"] == "slow done"
     assert wrong.status_code == 400  # Mcp-Name must be the task id
+
+
+REAL_ID = "<the task's id>"
+HOSTILE_IDS = st.one_of(st.just(REAL_ID), JSON)
+HOSTILE_REQUESTS = st.tuples(
+    st.sampled_from(task_shapes.TASK_METHODS),
+    HOSTILE_IDS,
+    st.one_of(JSON, st.dictionaries(st.text(max_size=6), JSON, max_size=3)),
+    st.sampled_from(["owner", "mallory"]),
+)
+
+
+async def _hostile(requests: list[tuple[str, Any, Any, str]]) -> None:
+    async with gateway(upstream(), **SETTINGS) as c:
+        task_id = (await call(c, "forever"))["result"]["taskId"]
+        mallory, inbox = c.open_link(principal="mallory")
+        owner_cancelled = False
+        for n, (method, raw_id, responses, who) in enumerate(requests, start=100):
+            params: dict[str, Any] = {
+                "taskId": task_id if raw_id == REAL_ID else raw_id,
+                "_meta": {era.PROTOCOL_VERSION: "2026-07-28", **TASKS_META},
+            }
+            if method == "tasks/update":
+                params["inputResponses"] = responses
+            if who == "owner":
+                await c.send(wire.request(n, method, params))
+                reply = await c.next(timeout=10)
+            else:
+                await c.service.handle_client_message(
+                    mallory, wire.request(n, method, params), c.requests
+                )
+                with anyio.fail_after(10):
+                    reply = await inbox.receive()
+            assert reply["id"] == n, reply
+            mine = who == "owner" and raw_id == REAL_ID
+            if not mine or (method == "tasks/update" and not isinstance(responses, dict)):
+                # Anything but the owner's well-formed request about its own
+                # task is a clear -32602 (or -32600 for a shape the front
+                # refuses), and changes nothing.
+                assert reply["error"]["code"] in (wire.INVALID_PARAMS, wire.INVALID_REQUEST), reply
+                continue
+            assert reply["result"]["resultType"] == "complete", reply
+            owner_cancelled = owner_cancelled or method == "tasks/cancel"
+        status = (await task_request(c, "tasks/get", task_id))["result"]["status"]
+    assert status == ("cancelled" if owner_cancelled else "working"), (status, requests)
+
+
+@FUZZ
+@given(requests=st.lists(HOSTILE_REQUESTS, min_size=1, max_size=6))
+def test_hostile_task_requests_get_clear_errors_and_touch_no_task(
+    requests: list[tuple[str, Any, Any, str]],
+) -> None:
+    """Issue #16: "a forged task id or state": tasks/get, tasks/update and
+    tasks/cancel with ids and answers of any shape, from the task's principal
+    and another, never crash the gateway, each get an answer under their id,
+    and only the owner's own well-formed requests touch its task."""
+    trio.run(_hostile, requests, clock=mock_clock())
