@@ -234,7 +234,12 @@ async def test_initialize_result_with_junk_meta_still_serves_discover() -> None:
 
     async with gateway(behaviour) as c:
         reply = await c.call("server/discover", timeout=2)
-    assert reply["result"]["capabilities"] == {"tools": {}}
+    # The server's capabilities, and the tasks the gateway runs itself
+    # (docs/design.md §5.4).
+    assert reply["result"]["capabilities"] == {
+        "tools": {},
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+    }
     assert "_meta" not in reply["result"]
 
 
