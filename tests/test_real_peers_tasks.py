@@ -214,3 +214,35 @@ def test_a_modern_client_gets_a_task_for_a_slow_call_of_a_legacy_server() -> Non
         finally:
             stdin.close()
             gateway.wait(timeout=15)
+
+
+def test_a_legacy_clients_own_tasks_run_on_a_modern_servers_extension() -> None:
+    """Issue #16: "Legacy client using 2025-11-25 tasks → modern server with
+    the extension: the gateway presents 2025-11-25 tasks (capabilities,
+    `execution.taskSupport`, task-augmented calls, `tasks/get`, blocking
+    `tasks/result`, `tasks/list` scoped to the client's session,
+    `tasks/cancel`)", with mcp 1.30's own experimental tasks client: input
+    during the task reaches it as a server request; its cancel cancels the
+    server's task upstream."""
+    peers_installed()
+    done = subprocess.run(
+        [PY1, str(REPO / "tests/servers/py1_legacy_tasks_client.py"), "--", *GATEWAY, "--", PY2,
+         SERVER],
+        cwd=REPO, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    assert lines, done.stderr.decode()[-3000:]
+    out = json.loads(lines[-1])
+    assert out["tasks_capability"] == {
+        "list": {},
+        "cancel": {},
+        "requests": {"tools": {"call": {}}},
+    }
+    assert out["task_support"] == "optional", out
+    assert out["created"] == "working" and "completed" in out["statuses"], out
+    assert out["result"] == ["computed t after 1.0s"], out
+    assert out["confirm"] == ["deleted"], out
+    assert out["cancelled"] == "cancelled" and out["cancelled_upstream"] == 1, out
+    assert out["listed"] == ["cancelled", "completed", "completed"], out
+    assert out["unknown"] == -32602, out
+    assert out["plain"] == ["Hello, Ada!"], out

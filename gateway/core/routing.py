@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from gateway import era, translate, wire
-from gateway.core import task_shapes, upstream_checks
+from gateway.core import legacy_tasks, task_shapes, upstream_checks
 from gateway.core.profile import UpstreamProfile
 
 
@@ -53,6 +53,9 @@ class Forward:
     # level the request asked for: they pick and tune the upstream session.
     client_capabilities: dict[str, Any] = field(default_factory=dict)
     log_level: str | None = None
+    # A legacy client's tools/list of a modern server whose tasks the
+    # gateway presents as 2025-11-25 tasks: each tool may run as one.
+    task_tools: bool = False
 
 
 Decision = Reply | Forward
@@ -99,7 +102,7 @@ def route_request(
             msg, msg_id, method, params, profile, discover_cache, passthrough, tasks_for_modern
         )
     if method == "initialize":
-        return _open_session(msg_id, params, session, profile)
+        return _open_session(msg_id, params, session, profile, tasks_for_legacy)
     if method == "ping":
         # 2025-11-25 "Ping": allowed before initialization completes.
         return Reply(wire.result_response(msg_id, {}))
@@ -145,8 +148,13 @@ def route_request(
     if method in era.MODERN_ONLY:
         return _method_not_found(msg_id, method, f"not part of protocol {session.version}")
     declared = caps
-    if tasks_for_legacy and method == "tools/call" and task_shapes.offered_by(profile.capabilities):
+    offered = tasks_for_legacy and task_shapes.offered_by(profile.capabilities)
+    if offered and method in legacy_tasks.METHODS:
+        # The client's own tasks are the gateway's (runtime/legacy_task_runner.py).
+        return Forward(method, params, Shape.TO_LEGACY, era.Era.LEGACY, caps, session.log_level)
+    if offered and method == "tools/call":
         declared = task_shapes.with_extension(caps)
+        params = legacy_tasks.without_task(params)
     upstream_params = translate.add_modern_meta(
         params,
         version=profile.version,
@@ -155,7 +163,13 @@ def route_request(
         log_level=session.log_level,
     )
     return Forward(
-        method, upstream_params, Shape.TO_LEGACY, era.Era.LEGACY, caps, session.log_level
+        method,
+        upstream_params,
+        Shape.TO_LEGACY,
+        era.Era.LEGACY,
+        caps,
+        session.log_level,
+        task_tools=offered and method == "tools/list",
     )
 
 
@@ -209,6 +223,7 @@ def _open_session(
     params: dict[str, Any] | None,
     session: LegacyClientSession | None,
     profile: UpstreamProfile,
+    tasks_for_legacy: bool = False,
 ) -> Reply:
     if session is not None:
         return Reply(
@@ -240,11 +255,12 @@ def _open_session(
         result["protocolVersion"] = version
     else:
         assert profile.discover is not None
-        result = translate.initialize_from_discover(
-            profile.discover,
-            version,
-            legacy_server_capabilities(profile.capabilities),
-        )
+        capabilities = legacy_server_capabilities(profile.capabilities)
+        if tasks_for_legacy and task_shapes.offered_by(profile.capabilities):
+            # The gateway runs 2025-11-25 tasks for the session on the
+            # server's extension (core/legacy_tasks.py).
+            capabilities["tasks"] = legacy_tasks.CAPABILITIES
+        result = translate.initialize_from_discover(profile.discover, version, capabilities)
     new = LegacyClientSession(
         version=version,
         capabilities=caps,
@@ -286,6 +302,8 @@ def shape_reply(
         result = translate.result_to_modern(forward.method, result, profile.server_info, cache)
     elif forward.shape is Shape.TO_LEGACY:
         result = translate.result_to_legacy(result)
+        if forward.task_tools:
+            result = legacy_tasks.tools_may_run_as_tasks(result)
     return {"jsonrpc": "2.0", "id": client_id, "result": result}
 
 

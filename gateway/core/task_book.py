@@ -95,14 +95,18 @@ class TaskBook:
     def has_room(self) -> bool:
         return len(self.tasks) < self.max_live
 
-    def create(self, task_id: str, principal: str, now: float, now_ms: int) -> TaskRecord:
+    def create(
+        self, task_id: str, principal: str, now: float, now_ms: int, ttl_ms: int | None = None
+    ) -> TaskRecord:
+        """`ttl_ms`: this task's time to live, when not the book's."""
         assert self.has_room() and task_id not in self.tasks
+        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
         record = TaskRecord(
             task_id,
             principal,
             created_ms=now_ms,
-            expires_at=now + self.ttl_ms / 1000,
-            ttl_ms=self.ttl_ms,
+            expires_at=now + ttl / 1000,
+            ttl_ms=ttl,
             poll_ms=self.poll_ms,
         )
         self.tasks[task_id] = record

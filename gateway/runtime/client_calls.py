@@ -21,12 +21,13 @@ import structlog
 from gateway import era, wire
 from gateway.client_link import CURRENT_REQUEST, ClientLink, InflightCall
 from gateway.config import Config
-from gateway.core import call_plan, mrtr_shapes, routing, task_shapes
+from gateway.core import call_plan, legacy_tasks, mrtr_shapes, routing, task_shapes
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.held_calls import MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
+from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.session_listen import SessionListen
@@ -66,6 +67,7 @@ class ClientCalls:
         self.bridge = MrtrBridge(config, on_session.forward, on_session.shape)
         self.legacy_input = LegacyInputLoop(config, on_session.forward)
         self.tasks = TaskRunner(config, self.bridge, on_session)
+        self.legacy_tasks = LegacyTaskRunner(config, on_session, self.legacy_input)
         self._discover_hint = config.cache_hint("server/discover")
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -73,6 +75,7 @@ class ClientCalls:
         self._tg = tg
         self.bridge.start(tg)
         self.tasks.start(tg)
+        self.legacy_tasks.start(tg)
 
     def take(
         self,
@@ -136,6 +139,10 @@ class ClientCalls:
             MrtrBridge.takes(decision, msg)
             or decision.method in task_shapes.TASK_METHODS
             or self.tasks.takes(decision, msg)
+        ):
+            return False
+        if decision.shape is routing.Shape.TO_LEGACY and (
+            decision.method in legacy_tasks.METHODS or legacy_tasks.wants_task(msg.get("params"))
         ):
             return False
         session = pool.session_now(link.principal, decision.client_capabilities, legacy)
@@ -304,6 +311,17 @@ class ClientCalls:
             return wire.result_response(msg["id"], {})
         if to_modern and decision.method == "subscriptions/listen":
             return await self.listens.listen(link, msg, session)
+        if decision.shape is routing.Shape.TO_LEGACY and decision.method in legacy_tasks.METHODS:
+            return await self.legacy_tasks.serve(link, msg)
+        if (
+            decision.shape is routing.Shape.TO_LEGACY
+            and decision.method == "tools/call"
+            and legacy_tasks.wants_task(msg.get("params"))
+            and self.config.tasks_for_legacy_clients
+            and session.profile is not None
+            and task_shapes.offered_by(session.profile.capabilities)
+        ):
+            return self.legacy_tasks.call(link, msg, decision, session)
         if to_modern and decision.method in task_shapes.TASK_METHODS:
             return await self.tasks.serve(link, msg)
         if to_modern and self.tasks.takes(decision, msg):
