@@ -19,7 +19,12 @@ from tests.scripted import Client, Recorder, ScriptedServer, gateway, modern_ser
 
 CAPS: dict[str, Any] = {"tools": {}, "extensions": {task_shapes.EXTENSION: {}}}
 SERVER_TASKS: dict[str, dict[str, Any]] = {}
-DUE: dict[str, tuple[float, str]] = {}  # when each server task completes, and its tool
+DUE: dict[str, tuple[float, str]] = {}
+ANSWERS: dict[str, Any] = {}  # the inputResponses each server task got
+ELICIT = {
+    "message": "Sure?",
+    "requestedSchema": {"type": "object"},
+}  # when each server task completes, and its tool
 
 
 def server_task(task_id: str, status: str = "working", **fields: Any) -> dict[str, Any]:
@@ -49,11 +54,24 @@ async def tools_call(server: ScriptedServer, msg: wire.Message) -> dict[str, Any
 async def tasks_get(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
     task_id = msg["params"]["taskId"]
     due, name = DUE[task_id]
-    running = SERVER_TASKS[task_id]["status"] == "working"
-    if running and name != "forever" and anyio.current_time() >= due:
+    running = SERVER_TASKS[task_id]["status"] in ("working", "input_required")
+    if running and name == "confirm":
+        answer = ANSWERS.get(task_id)
+        if answer is None:
+            asking = {"c": {"method": "elicitation/create", "params": ELICIT}}
+            return server_task(task_id, "input_required", inputRequests=asking)
+        said = answer["content"]["confirm"]
+        done = {"content": [{"type": "text", "text": f"confirmed: {said}"}]}
+        SERVER_TASKS[task_id] = server_task(task_id, "completed", result=done)
+    elif running and name != "forever" and anyio.current_time() >= due:
         done = {"content": [{"type": "text", "text": f"{name} done"}]}
         SERVER_TASKS[task_id] = server_task(task_id, "completed", result=done)
     return dict(SERVER_TASKS[task_id])
+
+
+async def tasks_update(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    ANSWERS[msg["params"]["taskId"]] = msg["params"]["inputResponses"]["c"]
+    return {}
 
 
 async def tasks_cancel(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
@@ -68,11 +86,13 @@ async def tools_list(server: ScriptedServer, msg: wire.Message) -> dict[str, Any
 
 def upstream(log: Recorder) -> Any:
     SERVER_TASKS.clear()
+    ANSWERS.clear()
     handlers = {
         "tools/call": tools_call,
         "tools/list": tools_list,
         "tasks/get": tasks_get,
         "tasks/cancel": tasks_cancel,
+        "tasks/update": tasks_update,
     }
     return modern_server(handlers, capabilities=CAPS, log=log)
 
@@ -170,3 +190,27 @@ async def test_a_call_without_task_is_answered_as_usual() -> None:
         plain = await legacy(c, "tools/call", {"name": "slow", "arguments": {}})
     assert plain["result"]["content"][0]["text"] == "slow done"
     assert "resultType" not in plain["result"]
+
+
+@on_mock_clock
+async def test_input_the_servers_task_needs_is_asked_of_the_client_naming_the_task() -> None:
+    """ "Input Required Status" and "Associating Task-Related Messages": while
+    the server's task waits for input, the client's task shows
+    `input_required` and the client gets the request with the related-task
+    key; its answer goes upstream in tasks/update and the task completes."""
+    async with gateway(upstream(Recorder())) as c:
+        await c.initialize({"elicitation": {}})
+        created = await legacy(c, "tools/call", {"name": "confirm", "arguments": {}, "task": {}})
+        task_id = created["result"]["task"]["taskId"]
+        with anyio.fail_after(10):
+            asked = await c.next(timeout=10)
+            while asked.get("method") != "elicitation/create":
+                asked = await c.next(timeout=10)
+        status = (await legacy(c, "tasks/get", {"taskId": task_id}))["result"]["status"]
+        await c.send(
+            wire.result_response(asked["id"], {"action": "accept", "content": {"confirm": True}})
+        )
+        result = await legacy(c, "tasks/result", {"taskId": task_id})
+    assert asked["params"]["_meta"][legacy_tasks.RELATED_TASK] == {"taskId": task_id}
+    assert status == "input_required"
+    assert result["result"]["content"][0]["text"] == "confirmed: True"

@@ -67,6 +67,18 @@ def tools_may_run_as_tasks(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "tools": marked}
 
 
+def related(request: wire.Message, task_id: str) -> wire.Message:
+    """A server request made during the task, naming it ("Associating
+    Task-Related Messages": `_meta` "io.modelcontextprotocol/related-task")."""
+    params = dict(request.get("params") or {})
+    meta = params.get("_meta")
+    params["_meta"] = {
+        **(meta if isinstance(meta, dict) else {}),
+        RELATED_TASK: {"taskId": task_id},
+    }
+    return {**request, "params": params}
+
+
 def task_view(record: TaskRecord) -> dict[str, Any]:
     """The 2025-11-25 Task: status fields and timing, never the result."""
     modern = record.view()

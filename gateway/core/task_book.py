@@ -177,6 +177,15 @@ class TaskBook:
         answers, record.answers = record.answers, {}
         return answers
 
+    def asking(self, record: TaskRecord, now: bool, now_ms: int) -> None:
+        """A 2025-11-25 task of the client's own waits for the client's input
+        (`input_required`: "the requestor SHOULD call tasks/result") or goes
+        on (`working`)."""
+        if record.terminal:
+            return
+        record.status = INPUT_REQUIRED if now else WORKING
+        record.updated_ms = now_ms
+
     def cancel(self, record: TaskRecord, now_ms: int) -> bool:
         """Mark the task cancelled; whether it was still running (a terminal
         task stays as it is: "Cancellation is cooperative")."""

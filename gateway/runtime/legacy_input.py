@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -39,6 +39,16 @@ class _Refused(Exception):
     pass
 
 
+class AskingHook(Protocol):
+    """Whoever runs the call as a task of the client's own (runtime/legacy_task_runner.py)."""
+
+    def asking(self, now: bool) -> None:
+        """The client is asked for input now (True), or has answered (False)."""
+
+    def related(self, request: wire.Message) -> wire.Message:
+        """The request as the client gets it, naming its task."""
+
+
 class LegacyInputLoop:
     def __init__(self, config: Config, forward: ForwardFn) -> None:
         self.config = config
@@ -56,9 +66,13 @@ class LegacyInputLoop:
         session: UpstreamSession,
         reply: wire.Message,
         client_id: wire.RequestId,
+        asking: AskingHook | None = None,
     ) -> wire.Message:
         """Drive `reply` (an input_required or a task) to a final reply from
-        upstream."""
+        upstream. `asking`: told when the client is asked for input and when
+        it has answered (a 2025-11-25 task of the client's shows
+        input_required meanwhile); its `related` names the task the requests
+        belong to."""
         assert link.session is not None
         call = core.LegacyInputCall(
             decision,
@@ -70,7 +84,7 @@ class LegacyInputLoop:
             polling=self.polling,
         )
         try:
-            return await self._drive(call, link, session, reply, client_id)
+            return await self._drive(call, link, session, reply, client_id, asking)
         finally:
             await self._cancel_open_task(call, link, session, client_id)
 
@@ -81,6 +95,7 @@ class LegacyInputLoop:
         session: UpstreamSession,
         reply: wire.Message,
         client_id: wire.RequestId,
+        asking: AskingHook | None,
     ) -> wire.Message:
         event: Event = core.UpstreamReplied(reply, anyio.current_time())
         polled = False
@@ -92,7 +107,15 @@ class LegacyInputLoop:
                 return command.reply
             if isinstance(command, core.AskClient):
                 self.rounds += 1
-                event = await self._ask_all(link, command.requests)
+                requests = command.requests
+                if asking is not None:
+                    asking.asking(True)
+                    requests = {k: asking.related(r) for k, r in requests.items()}
+                try:
+                    event = await self._ask_all(link, requests)
+                finally:
+                    if asking is not None:
+                        asking.asking(False)
                 continue
             if isinstance(command, core.PollUpstream):
                 if not polled:

@@ -39,6 +39,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class _Asking:
+    """The task's status while its client is asked for input, and the
+    related-task key on what it is asked."""
+
+    def __init__(self, book: TaskBook, record: TaskRecord) -> None:
+        self.book = book
+        self.record = record
+
+    def asking(self, now: bool) -> None:
+        self.book.asking(self.record, now, _now_ms())
+
+    def related(self, request: wire.Message) -> wire.Message:
+        return legacy_tasks.related(request, self.record.task_id)
+
+
 class LegacyTaskRunner:
     def __init__(
         self, config: Config, on_session: SessionCalls, legacy_input: LegacyInputLoop
@@ -105,7 +120,9 @@ class LegacyTaskRunner:
                         reply = await self.on_session.leased_forward(
                             link, decision, session, msg_id
                         )
-                    reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
+                    reply = await self.legacy_input.complete(
+                        link, decision, session, reply, msg_id, _Asking(self.book, record)
+                    )
                 except UpstreamError as exc:
                     reply = failure_reply(exc, msg_id)
                 self.book.settle(
