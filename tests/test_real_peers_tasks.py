@@ -246,3 +246,78 @@ def test_a_legacy_clients_own_tasks_run_on_a_modern_servers_extension() -> None:
     assert out["listed"] == ["cancelled", "completed", "completed"], out
     assert out["unknown"] == -32602, out
     assert out["plain"] == ["Hello, Ada!"], out
+
+
+def test_a_tool_a_legacy_server_runs_only_as_a_task_works_for_a_modern_client() -> None:
+    """2025-11-25 "Tool-Level Negotiation": the reference everything server
+    (TS SDK 1.x) lists `simulate-research-query` with `taskSupport:
+    "required"` and refuses it called plainly. Through the gateway a modern
+    client just calls it: the gateway calls it as a task and waits on
+    tasks/result; an elicitation during the task reaches the client as an
+    MRTR round like any other."""
+    everything = PEERS / "node/node_modules/.bin/mcp-server-everything"
+    if not everything.exists():
+        pytest.fail(f"peer missing: {everything} (run `bash peers/install.sh`)", pytrace=False)
+
+    def meta(caps: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": caps,
+        }
+
+    with subprocess.Popen(
+        [*GATEWAY, "--", str(everything), "stdio"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as gateway:
+        assert gateway.stdin is not None and gateway.stdout is not None
+        stdin, stdout = gateway.stdin, gateway.stdout
+        ids = iter(range(1, 1000))
+
+        def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            msg_id = next(ids)
+            body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+            stdin.write(json.dumps(body).encode() + b"\n")
+            stdin.flush()
+            while True:  # ends at the reply (the test's timeout bounds it)
+                msg: dict[str, Any] = json.loads(stdout.readline())
+                if msg.get("id") == msg_id and "method" not in msg:
+                    return msg
+
+        try:
+            tools = request("tools/list", {"_meta": meta({})})["result"]["tools"]
+            [research] = [t for t in tools if t["name"] == "simulate-research-query"]
+            assert research["execution"] == {"taskSupport": "required"}
+            plain = {"name": research["name"], "arguments": {"topic": "bees"}}
+            done = request("tools/call", {**plain, "_meta": meta({})})
+            assert "Research Report: bees" in done["result"]["content"][0]["text"], done
+            asking = {**plain, "arguments": {"topic": "bees", "ambiguous": True}}
+            caps: dict[str, Any] = {"elicitation": {}, "roots": {}}
+            reply = request("tools/call", {**asking, "_meta": meta(caps)})
+            asked: list[str] = []
+            for _ in range(5):  # each pass answers one input round
+                result = reply["result"]
+                if result.get("resultType") != "input_required":
+                    break
+                answers: dict[str, Any] = {}
+                for key, ask in result["inputRequests"].items():
+                    asked.append(ask["method"])
+                    if ask["method"] == "roots/list":
+                        answers[key] = {"roots": []}
+                    else:
+                        content = {"interpretation": "historical"}
+                        answers[key] = {"action": "accept", "content": content}
+                retry = {
+                    **asking,
+                    "inputResponses": answers,
+                    "requestState": result["requestState"],
+                }
+                reply = request("tools/call", {**retry, "_meta": meta(caps)})
+            assert "elicitation/create" in asked, asked
+            text = reply["result"]["content"][0]["text"]
+            assert "Clarification**: historical" in text, reply
+        finally:
+            stdin.close()
+            gateway.wait(timeout=15)

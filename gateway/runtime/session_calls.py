@@ -13,7 +13,7 @@ import structlog
 from gateway import era, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.core import call_plan, routing
+from gateway.core import call_plan, legacy_task_tools, routing
 from gateway.core import subscriptions as subs_core
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
@@ -43,6 +43,8 @@ class SessionCalls:
         self.links = links
         self.listens = listens
         self._hints: dict[tuple[str, bool], CacheHint] = {}
+        # The legacy server's tools that run only as tasks, from its tools/list.
+        self.task_only_tools: set[str] = set()
 
     def lease_for(
         self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
@@ -90,6 +92,9 @@ class SessionCalls:
     ) -> wire.Message:
         profile = session.profile or self.pool.profile
         assert profile is not None
+        if decision.method == "tools/list" and decision.shape is routing.Shape.TO_MODERN:
+            # Learnt as lists pass: the tools the legacy server runs only as tasks.
+            self.task_only_tools |= legacy_task_tools.required_tools(reply.get("result"))
         return routing.shape_reply(
             decision, reply, client_id, profile, self._cache_hint(decision.method, profile)
         )
@@ -161,6 +166,8 @@ class SessionCalls:
             # A listen lasts until the client cancels it; its bound is a long one.
             timeout = timeout or self.config.listen_timeout
         call = session.call if self.tracing is None else self.tracing.call(session, link)
+        if self.needs_task(decision, session):
+            return await self._as_task(session, params, timeout, client_id)
         try:
             return await call(
                 decision.method,
@@ -173,6 +180,44 @@ class SessionCalls:
         finally:
             if upstream_token is not None:
                 session.progress.pop(upstream_token, None)
+
+    def needs_task(self, decision: routing.Forward, session: UpstreamSession) -> bool:
+        """A modern client's call of a tool its legacy server runs only as a
+        task (core/legacy_task_tools.py)."""
+        if decision.method != "tools/call" or decision.shape is not routing.Shape.TO_MODERN:
+            return False
+        name = (decision.params or {}).get("name")
+        profile = session.profile
+        return (
+            name in self.task_only_tools
+            and profile is not None
+            and legacy_task_tools.server_runs_tool_tasks(profile.capabilities)
+        )
+
+    async def _as_task(
+        self,
+        session: UpstreamSession,
+        params: dict[str, Any] | None,
+        timeout: float | None,
+        client_id: wire.RequestId | None,
+    ) -> wire.Message:
+        """The call as a task, and at once its blocking tasks/result: the
+        result the call would have had (2025-11-25 "Result Retrieval")."""
+        limit = max(timeout or self.config.request_timeout, self.config.tasks_max_wait)
+        ttl_ms = int(limit * 1000)
+        created = await session.call(
+            "tools/call",
+            legacy_task_tools.augmented(params, ttl_ms),
+            timeout=timeout or self.config.request_timeout,
+            client_id=client_id,
+        )
+        task_id = legacy_task_tools.created_task(created)
+        if task_id is None:
+            return created  # an error, or the server answered at once after all
+        reply = await session.call(
+            "tasks/result", {"taskId": task_id}, timeout=limit, client_id=client_id
+        )
+        return legacy_task_tools.call_reply(reply)
 
     async def _set_upstream_level(self, session: UpstreamSession, level: str) -> None:
         reply = await session.call(
