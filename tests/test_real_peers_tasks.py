@@ -19,7 +19,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,42 @@ def peers_installed() -> None:
     for peer in (PY1, PY2):
         if not Path(peer).exists():
             pytest.fail(f"peer missing: {peer} (run `bash peers/install.sh`)", pytrace=False)
+
+
+Request = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+@contextmanager
+def stdio_gateway(server: list[str], env: dict[str, str] | None = None) -> Iterator[Request]:
+    """The gateway over stdio in front of `server`, for a raw modern client:
+    `request(method, params)` sends one request and returns its reply."""
+    with subprocess.Popen(
+        [*GATEWAY, "--", *server],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as gateway:
+        assert gateway.stdin is not None and gateway.stdout is not None
+        stdin, stdout = gateway.stdin, gateway.stdout
+        ids = iter(range(1, 1000))
+
+        def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            msg_id = next(ids)
+            body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+            stdin.write(json.dumps(body).encode() + b"\n")
+            stdin.flush()
+            while True:  # ends at the reply (the test's timeout bounds it)
+                msg: dict[str, Any] = json.loads(stdout.readline())
+                if msg.get("id") == msg_id and "method" not in msg:
+                    return msg
+
+        try:
+            yield request
+        finally:
+            stdin.close()
+            gateway.wait(timeout=15)
 
 
 def through_gateway(target: list[str]) -> dict[str, Any]:
@@ -162,58 +199,34 @@ def test_a_modern_client_gets_a_task_for_a_slow_call_of_a_legacy_server() -> Non
     a cancelled task's call is cancelled upstream and the server goes on."""
     peers_installed()
     legacy = [PY1, str(REPO / "compat_matrix/peers/py1_server.py")]
-    env = {**os.environ, "MCP_ERA_GATEWAY_TASKS_AFTER": "0.5"}
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {"extensions": {task_shapes.EXTENSION: {}}},
     }
-    with subprocess.Popen(
-        [*GATEWAY, "--", *legacy],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as gateway:
-        assert gateway.stdin is not None and gateway.stdout is not None
-        stdin, stdout = gateway.stdin, gateway.stdout
-        ids = iter(range(1, 1000))
+    with stdio_gateway(legacy, {"MCP_ERA_GATEWAY_TASKS_AFTER": "0.5"}) as send:
 
         def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
-            msg_id = next(ids)
-            body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
-            stdin.write(json.dumps({**body, "params": {**params, "_meta": meta}}).encode() + b"\n")
-            stdin.flush()
-            while True:  # ends at the reply (the test's timeout bounds it)
-                msg: dict[str, Any] = json.loads(stdout.readline())
-                if msg.get("id") == msg_id:
-                    return msg
+            return send(method, {**params, "_meta": meta})
 
-        try:
-            discover = request("server/discover", {})
-            assert task_shapes.EXTENSION in discover["result"]["capabilities"]["extensions"]
-            created = request("tools/call", {"name": "slow", "arguments": {"ms": 2500}})
-            task = created["result"]
-            assert task["resultType"] == "task" and task["status"] == "working", created
-            deadline = time.monotonic() + 20
-            while True:  # polls at the task's interval until it ends
-                polled = request("tasks/get", {"taskId": task["taskId"]})["result"]
-                if polled["status"] != "working" or time.monotonic() > deadline:
-                    break
-                time.sleep(task["pollIntervalMs"] / 1000)
-            assert polled["status"] == "completed", polled
-            assert polled["result"]["content"][0]["text"] == "done", polled
-            stuck = request("tools/call", {"name": "slow", "arguments": {"ms": 60_000}})
-            task_id = stuck["result"]["taskId"]
-            assert request("tasks/cancel", {"taskId": task_id})["result"] == {
-                "resultType": "complete"
-            }
-            assert request("tasks/get", {"taskId": task_id})["result"]["status"] == "cancelled"
-            echo = request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
-            assert echo["result"]["content"][0]["text"] == "still here", echo
-        finally:
-            stdin.close()
-            gateway.wait(timeout=15)
+        discover = request("server/discover", {})
+        assert task_shapes.EXTENSION in discover["result"]["capabilities"]["extensions"]
+        created = request("tools/call", {"name": "slow", "arguments": {"ms": 2500}})
+        task = created["result"]
+        assert task["resultType"] == "task" and task["status"] == "working", created
+        deadline = time.monotonic() + 20
+        while True:  # polls at the task's interval until it ends
+            polled = request("tasks/get", {"taskId": task["taskId"]})["result"]
+            if polled["status"] != "working" or time.monotonic() > deadline:
+                break
+            time.sleep(task["pollIntervalMs"] / 1000)
+        assert polled["status"] == "completed", polled
+        assert polled["result"]["content"][0]["text"] == "done", polled
+        stuck = request("tools/call", {"name": "slow", "arguments": {"ms": 60_000}})
+        task_id = stuck["result"]["taskId"]
+        assert request("tasks/cancel", {"taskId": task_id})["result"] == {"resultType": "complete"}
+        assert request("tasks/get", {"taskId": task_id})["result"]["status"] == "cancelled"
+        echo = request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
+        assert echo["result"]["content"][0]["text"] == "still here", echo
 
 
 def test_a_legacy_clients_own_tasks_run_on_a_modern_servers_extension() -> None:
@@ -265,59 +278,35 @@ def test_a_tool_a_legacy_server_runs_only_as_a_task_works_for_a_modern_client() 
             "io.modelcontextprotocol/clientCapabilities": caps,
         }
 
-    with subprocess.Popen(
-        [*GATEWAY, "--", str(everything), "stdio"],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as gateway:
-        assert gateway.stdin is not None and gateway.stdout is not None
-        stdin, stdout = gateway.stdin, gateway.stdout
-        ids = iter(range(1, 1000))
-
-        def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
-            msg_id = next(ids)
-            body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
-            stdin.write(json.dumps(body).encode() + b"\n")
-            stdin.flush()
-            while True:  # ends at the reply (the test's timeout bounds it)
-                msg: dict[str, Any] = json.loads(stdout.readline())
-                if msg.get("id") == msg_id and "method" not in msg:
-                    return msg
-
-        try:
-            tools = request("tools/list", {"_meta": meta({})})["result"]["tools"]
-            [research] = [t for t in tools if t["name"] == "simulate-research-query"]
-            assert research["execution"] == {"taskSupport": "required"}
-            plain = {"name": research["name"], "arguments": {"topic": "bees"}}
-            done = request("tools/call", {**plain, "_meta": meta({})})
-            assert "Research Report: bees" in done["result"]["content"][0]["text"], done
-            asking = {**plain, "arguments": {"topic": "bees", "ambiguous": True}}
-            caps: dict[str, Any] = {"elicitation": {}, "roots": {}}
-            reply = request("tools/call", {**asking, "_meta": meta(caps)})
-            asked: list[str] = []
-            for _ in range(5):  # each pass answers one input round
-                result = reply["result"]
-                if result.get("resultType") != "input_required":
-                    break
-                answers: dict[str, Any] = {}
-                for key, ask in result["inputRequests"].items():
-                    asked.append(ask["method"])
-                    if ask["method"] == "roots/list":
-                        answers[key] = {"roots": []}
-                    else:
-                        content = {"interpretation": "historical"}
-                        answers[key] = {"action": "accept", "content": content}
-                retry = {
-                    **asking,
-                    "inputResponses": answers,
-                    "requestState": result["requestState"],
-                }
-                reply = request("tools/call", {**retry, "_meta": meta(caps)})
-            assert "elicitation/create" in asked, asked
-            text = reply["result"]["content"][0]["text"]
-            assert "Clarification**: historical" in text, reply
-        finally:
-            stdin.close()
-            gateway.wait(timeout=15)
+    with stdio_gateway([str(everything), "stdio"]) as request:
+        tools = request("tools/list", {"_meta": meta({})})["result"]["tools"]
+        [research] = [t for t in tools if t["name"] == "simulate-research-query"]
+        assert research["execution"] == {"taskSupport": "required"}
+        plain = {"name": research["name"], "arguments": {"topic": "bees"}}
+        done = request("tools/call", {**plain, "_meta": meta({})})
+        assert "Research Report: bees" in done["result"]["content"][0]["text"], done
+        asking = {**plain, "arguments": {"topic": "bees", "ambiguous": True}}
+        caps: dict[str, Any] = {"elicitation": {}, "roots": {}}
+        reply = request("tools/call", {**asking, "_meta": meta(caps)})
+        asked: list[str] = []
+        for _ in range(5):  # each pass answers one input round
+            result = reply["result"]
+            if result.get("resultType") != "input_required":
+                break
+            answers: dict[str, Any] = {}
+            for key, ask in result["inputRequests"].items():
+                asked.append(ask["method"])
+                if ask["method"] == "roots/list":
+                    answers[key] = {"roots": []}
+                else:
+                    content = {"interpretation": "historical"}
+                    answers[key] = {"action": "accept", "content": content}
+            retry = {
+                **asking,
+                "inputResponses": answers,
+                "requestState": result["requestState"],
+            }
+            reply = request("tools/call", {**retry, "_meta": meta(caps)})
+        assert "elicitation/create" in asked, asked
+        text = reply["result"]["content"][0]["text"]
+        assert "Clarification**: historical" in text, reply

@@ -172,8 +172,19 @@ class LegacyInputCall:
             return self._error(
                 f"Upstream sent a malformed reply: {problem}", upstream_checks.MALFORMED
             )
+        command = self._ask(result.get(mrtr_shapes.INPUT_REQUESTS) or {})
+        if isinstance(command, AskClient):
+            self._state = result.get(mrtr_shapes.REQUEST_STATE)
+        return command
+
+    def _ask(self, input_requests: dict[str, Any]) -> Command:
+        """A round of server requests for the client, within max_rounds."""
+        if self.rounds >= self.max_rounds:
+            return self._error(
+                f"The server asked for input more than {self.max_rounds} times", "mrtr-rounds"
+            )
         requests = requests_for_legacy_client(
-            result.get(mrtr_shapes.INPUT_REQUESTS) or {},
+            input_requests,
             self.capabilities,
             self.version,
             new_elicitation_id=self.new_elicitation_id,
@@ -184,7 +195,6 @@ class LegacyInputCall:
                 "input-unavailable",
             )
         self.rounds += 1
-        self._state = result.get(mrtr_shapes.REQUEST_STATE)
         return AskClient(requests)
 
     # -- a task (SEP-2663) -------------------------------------------------------
@@ -263,24 +273,9 @@ class LegacyInputCall:
         )
 
     def _ask_for_task(self, input_requests: dict[str, Any]) -> Command:
-        if self.rounds >= self.max_rounds:
-            return self._error(
-                f"The server asked for input more than {self.max_rounds} times", "mrtr-rounds"
-            )
-        requests = requests_for_legacy_client(
-            input_requests,
-            self.capabilities,
-            self.version,
-            new_elicitation_id=self.new_elicitation_id,
-        )
-        if isinstance(requests, str):
-            return self._error(
-                f"The server needs client input the gateway cannot get: {requests}",
-                "input-unavailable",
-            )
-        self.rounds += 1
-        self._task_input = True
-        return AskClient(requests)
+        command = self._ask(input_requests)
+        self._task_input = isinstance(command, AskClient)
+        return command
 
     def _poll(self, delay: float) -> Command:
         self.polls += 1
