@@ -214,6 +214,7 @@ async def slow_tool(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]
     return {"content": [{"type": "text", "text": "slow done"}]}
 
 
+@on_mock_clock
 async def test_over_http_a_task_names_its_replica_and_is_polled_from_another_connection() -> None:
     """Issue #16: "a task polled from a second connection"; a task lives on
     the replica that runs it, so its answer carries the affinity cookie

@@ -99,9 +99,7 @@ class LegacyInputLoop:
     ) -> wire.Message:
         event: Event = core.UpstreamReplied(reply, anyio.current_time())
         polled = False
-        # One step a pass: the machine finishes after max_rounds input rounds,
-        # and a task's polls end at its time to live or [tasks] max_wait.
-        while True:
+        while True:  # one step a pass; ends within max_rounds, or a task's ttl / max_wait
             [command] = call.handle(event)
             if isinstance(command, core.Finish):
                 return command.reply
