@@ -15,7 +15,7 @@ from gateway.core.legacy_tasks import RELATED_TASK
 from tests.test_fuzz_fronts import JSON
 
 
-def test_only_tools_that_require_a_task_are_named() -> None:
+def test_the_tools_that_may_or_must_run_as_tasks_are_named() -> None:
     listed = {
         "tools": [
             {"name": "a", "execution": {"taskSupport": "required"}},
@@ -25,7 +25,11 @@ def test_only_tools_that_require_a_task_are_named() -> None:
             "junk",
         ]
     }
-    assert tools.required_tools(listed) == {"a"}
+    assert tools.task_support(listed) == {"a": "required", "b": "optional"}
+    assert tools.runs_as_task("required", client_wants_tasks=False)
+    assert tools.runs_as_task("optional", client_wants_tasks=True)
+    assert not tools.runs_as_task("optional", client_wants_tasks=False)
+    assert not tools.runs_as_task(None, client_wants_tasks=True)
 
 
 def test_the_capability_is_the_tools_call_request_one() -> None:
@@ -48,4 +52,4 @@ def test_any_reply_is_read_without_raising(reply: dict[str, Any]) -> None:
     """A hostile server's answers: no shape makes the reading raise."""
     tools.created_task(reply)
     tools.call_reply(reply)
-    tools.required_tools(reply.get("result"))
+    tools.task_support(reply.get("result"))

@@ -310,3 +310,40 @@ def test_a_tool_a_legacy_server_runs_only_as_a_task_works_for_a_modern_client() 
         assert "elicitation/create" in asked, asked
         text = reply["result"]["content"][0]["text"]
         assert "Clarification**: historical" in text, reply
+
+
+def test_a_legacy_servers_own_tasks_serve_modern_clients() -> None:
+    """Issue #16: "Where the legacy server itself supports 2025-11-25 tasks
+    for that tool, use them upstream", with mcp 1.30's experimental tasks
+    server (compat_matrix/peers/py1_tasks_server.py): a tool that may run as
+    a task runs as the server's own for a client that declared the
+    extension ("slow done", where a plain call says "(sync)"), plainly for
+    one that did not; a tool that must, for every client, and the
+    elicitation the server sends inside tasks/result reaches the client as
+    an MRTR round."""
+    peers_installed()
+    fixture = [PY1, str(REPO / "compat_matrix/peers/py1_tasks_server.py")]
+
+    def meta(caps: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": caps,
+        }
+
+    with stdio_gateway(fixture) as request:
+        listed = request("tools/list", {"_meta": meta({})})["result"]["tools"]
+        assert {t["name"] for t in listed} == {"slow", "ask", "plain"}
+        plain = request("tools/call", {"name": "slow", "arguments": {}, "_meta": meta({})})
+        assert plain["result"]["content"][0]["text"] == "slow done (sync)", plain
+        tasks: dict[str, Any] = {"extensions": {task_shapes.EXTENSION: {}}}
+        own = request("tools/call", {"name": "slow", "arguments": {}, "_meta": meta(tasks)})
+        assert own["result"]["content"][0]["text"] == "slow done", own
+        ask = {"name": "ask", "arguments": {}, "_meta": meta({"elicitation": {}})}
+        asked = request("tools/call", ask)["result"]
+        assert asked["resultType"] == "input_required", asked
+        [(key, elicit)] = asked["inputRequests"].items()
+        assert elicit["method"] == "elicitation/create"
+        answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+        retry = {**ask, "inputResponses": answer, "requestState": asked["requestState"]}
+        done = request("tools/call", retry)
+        assert done["result"]["content"][0]["text"] == "hello Ada", done

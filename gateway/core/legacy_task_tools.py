@@ -1,5 +1,6 @@
-"""Tools a legacy server runs only as 2025-11-25 tasks, called for modern
-clients (issue #16; 2025-11-25 basic/utilities/tasks "Tool-Level
+"""A legacy server's own 2025-11-25 tasks, used for modern clients (issue
+#16: "Where the legacy server itself supports 2025-11-25 tasks for that
+tool, use them upstream"; 2025-11-25 basic/utilities/tasks "Tool-Level
 Negotiation": a tool with `execution.taskSupport: "required"` MUST be called
 task-augmented, and the server refuses it otherwise).
 
@@ -25,17 +26,29 @@ def server_runs_tool_tasks(capabilities: dict[str, Any]) -> bool:
     return isinstance(tools, dict) and isinstance(tools.get("call"), dict)
 
 
-def required_tools(result: object) -> set[str]:
-    """The tools of a tools/list result that say `taskSupport: "required"`."""
+REQUIRED, OPTIONAL = "required", "optional"
+
+
+def task_support(result: object) -> dict[str, str]:
+    """The tools of a tools/list result that may or must run as tasks, and
+    which (`taskSupport` "optional" or "required")."""
     tools = result.get("tools") if isinstance(result, dict) else None
-    names: set[str] = set()
+    support: dict[str, str] = {}
     for tool in tools if isinstance(tools, list) else []:
         execution = tool.get("execution") if isinstance(tool, dict) else None
-        if isinstance(execution, dict) and execution.get("taskSupport") == "required":
-            name = tool.get("name")
-            if isinstance(name, str):
-                names.add(name)
-    return names
+        mode = execution.get("taskSupport") if isinstance(execution, dict) else None
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if isinstance(name, str) and mode in (REQUIRED, OPTIONAL):
+            support[name] = mode
+    return support
+
+
+def runs_as_task(support: str | None, client_wants_tasks: bool) -> bool:
+    """Whether a modern client's call goes to the legacy server as a task: a
+    tool that requires one, always; one that may, when the client declared
+    the tasks extension (its long call is the server's own task, not a call
+    the gateway holds)."""
+    return support == REQUIRED or (support == OPTIONAL and client_wants_tasks)
 
 
 def augmented(params: dict[str, Any] | None, ttl_ms: int) -> dict[str, Any]:

@@ -146,11 +146,11 @@ class ClientCalls:
         ):
             return False
         if (
-            self.on_session.task_only_tools
+            self.on_session.task_tools
             and decision.method == "tools/call"
-            and (decision.params or {}).get("name") in self.on_session.task_only_tools
+            and (decision.params or {}).get("name") in self.on_session.task_tools
         ):
-            return False  # two requests upstream (SessionCalls.needs_task)
+            return False  # perhaps two requests upstream (SessionCalls.needs_task)
         session = pool.session_now(link.principal, decision.client_capabilities, legacy)
         if session is None or session.profile is None or session.profile.era is not profile.era:
             return False

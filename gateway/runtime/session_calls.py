@@ -13,7 +13,7 @@ import structlog
 from gateway import era, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.core import call_plan, legacy_task_tools, routing
+from gateway.core import call_plan, legacy_task_tools, routing, task_shapes
 from gateway.core import subscriptions as subs_core
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
@@ -43,8 +43,9 @@ class SessionCalls:
         self.links = links
         self.listens = listens
         self._hints: dict[tuple[str, bool], CacheHint] = {}
-        # The legacy server's tools that run only as tasks, from its tools/list.
-        self.task_only_tools: set[str] = set()
+        # The legacy server's tools that may or must run as its own tasks
+        # ("optional" / "required"), from its tools/list.
+        self.task_tools: dict[str, str] = {}
 
     def lease_for(
         self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
@@ -93,8 +94,8 @@ class SessionCalls:
         profile = session.profile or self.pool.profile
         assert profile is not None
         if decision.method == "tools/list" and decision.shape is routing.Shape.TO_MODERN:
-            # Learnt as lists pass: the tools the legacy server runs only as tasks.
-            self.task_only_tools |= legacy_task_tools.required_tools(reply.get("result"))
+            # Learnt as lists pass: the tools the legacy server runs as tasks.
+            self.task_tools.update(legacy_task_tools.task_support(reply.get("result")))
         return routing.shape_reply(
             decision, reply, client_id, profile, self._cache_hint(decision.method, profile)
         )
@@ -182,14 +183,17 @@ class SessionCalls:
                 session.progress.pop(upstream_token, None)
 
     def needs_task(self, decision: routing.Forward, session: UpstreamSession) -> bool:
-        """A modern client's call of a tool its legacy server runs only as a
-        task (core/legacy_task_tools.py)."""
+        """A modern client's call that its legacy server runs as a task of
+        its own (core/legacy_task_tools.py)."""
         if decision.method != "tools/call" or decision.shape is not routing.Shape.TO_MODERN:
             return False
         name = (decision.params or {}).get("name")
+        support = self.task_tools.get(name) if isinstance(name, str) else None
         profile = session.profile
         return (
-            name in self.task_only_tools
+            legacy_task_tools.runs_as_task(
+                support, task_shapes.offered_by(decision.client_capabilities)
+            )
             and profile is not None
             and legacy_task_tools.server_runs_tool_tasks(profile.capabilities)
         )
