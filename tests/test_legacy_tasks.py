@@ -214,3 +214,25 @@ async def test_input_the_servers_task_needs_is_asked_of_the_client_naming_the_ta
     assert asked["params"]["_meta"][legacy_tasks.RELATED_TASK] == {"taskId": task_id}
     assert status == "input_required"
     assert result["result"]["content"][0]["text"] == "confirmed: True"
+
+
+@on_mock_clock
+async def test_status_notifications_tell_the_client_where_its_task_is() -> None:
+    """ "Task Notifications": notifications/tasks/status with the whole Task
+    when the task waits for input, goes on, and ends."""
+    async with gateway(upstream(Recorder())) as c:
+        await c.initialize({"elicitation": {}})
+        created = await legacy(c, "tools/call", {"name": "confirm", "arguments": {}, "task": {}})
+        task_id = created["result"]["task"]["taskId"]
+        statuses: list[str] = []
+        with anyio.fail_after(30):
+            while "completed" not in statuses:  # ends at the task's end (or the bound)
+                msg = await c.next(timeout=30)
+                if msg.get("method") == "elicitation/create":
+                    yes = {"action": "accept", "content": {"confirm": True}}
+                    await c.send(wire.result_response(msg["id"], yes))
+                elif msg.get("method") == "notifications/tasks/status":
+                    assert msg["params"]["taskId"] == task_id
+                    assert {"createdAt", "lastUpdatedAt", "ttl"} <= msg["params"].keys()
+                    statuses.append(msg["params"]["status"])
+    assert statuses == ["input_required", "working", "completed"], statuses

@@ -95,6 +95,11 @@ def task_view(record: TaskRecord) -> dict[str, Any]:
     return task
 
 
+def status_notification(record: TaskRecord) -> wire.Message:
+    """notifications/tasks/status: the whole Task ("Task Notifications")."""
+    return wire.notification("notifications/tasks/status", task_view(record))
+
+
 def created(msg_id: wire.RequestId, record: TaskRecord) -> wire.Message:
     return wire.result_response(msg_id, {"task": task_view(record)})
 

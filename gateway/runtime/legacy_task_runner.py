@@ -26,6 +26,7 @@ from gateway.config import Config
 from gateway.core import legacy_tasks
 from gateway.core.routing import Forward
 from gateway.core.task_book import TaskBook, TaskRecord
+from gateway.core.task_shapes import CANCELLED
 from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.session_calls import SessionCalls
@@ -39,16 +40,27 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def tell(link: ClientLink, record: TaskRecord) -> None:
+    """notifications/tasks/status to the task's client ("Task Notifications":
+    optional, so one the client cannot take now is dropped, never waited for)."""
+    try:
+        link.send_nowait(legacy_tasks.status_notification(record))
+    except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        log.debug("task status notification dropped", task=record.task_id[:8])
+
+
 class _Asking:
     """The task's status while its client is asked for input, and the
     related-task key on what it is asked."""
 
-    def __init__(self, book: TaskBook, record: TaskRecord) -> None:
+    def __init__(self, book: TaskBook, record: TaskRecord, link: ClientLink) -> None:
         self.book = book
         self.record = record
+        self.link = link
 
     def asking(self, now: bool) -> None:
         self.book.asking(self.record, now, _now_ms())
+        tell(self.link, self.record)
 
     def related(self, request: wire.Message) -> wire.Message:
         return legacy_tasks.related(request, self.record.task_id)
@@ -121,7 +133,7 @@ class LegacyTaskRunner:
                             link, decision, session, msg_id
                         )
                     reply = await self.legacy_input.complete(
-                        link, decision, session, reply, msg_id, _Asking(self.book, record)
+                        link, decision, session, reply, msg_id, _Asking(self.book, record, link)
                     )
                 except UpstreamError as exc:
                     reply = failure_reply(exc, msg_id)
@@ -142,6 +154,8 @@ class LegacyTaskRunner:
         finally:
             self._runs.pop(record.task_id, None)
             ended.set()
+        if record.status != CANCELLED:  # the cancel's answer said so already
+            tell(link, record)
         log.info("legacy client's task ended", task=record.task_id[:8], status=record.status)
 
     # -- tasks/get, tasks/result, tasks/list, tasks/cancel ---------------------------------
