@@ -347,3 +347,27 @@ def test_a_legacy_servers_own_tasks_serve_modern_clients() -> None:
         retry = {**ask, "inputResponses": answer, "requestState": asked["requestState"]}
         done = request("tools/call", retry)
         assert done["result"]["content"][0]["text"] == "hello Ada", done
+
+
+def test_the_ts_sdk_1x_tasks_client_on_a_modern_servers_extension() -> None:
+    """Issue #16, real peers: the TS SDK 1.x client's own 2025-11-25 tasks
+    (`client.experimental.tasks.callToolStream`, `cancelTask`, `listTasks`)
+    through the gateway to the modern server with the extension."""
+    peers_installed()
+    sdk = PEERS / "node/node_modules/@modelcontextprotocol/sdk/package.json"
+    if not sdk.exists():
+        pytest.fail(f"peer missing: {sdk} (run `bash peers/install.sh`)", pytrace=False)
+    client = str(REPO / "tests/servers/ts1_tasks_client.mjs")
+    done = subprocess.run(
+        ["node", client, *GATEWAY, "--", PY2, SERVER],
+        cwd=REPO, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and lines, done.stderr.decode()[-3000:]
+    out = json.loads(lines[-1])
+    assert out["tasks"]["requests"] == {"tools": {"call": {}}}, out
+    assert out["taskSupport"] == "optional", out
+    assert out["slow"] == {"seen": ["working", "completed"], "text": "computed ts after 1.0s"}
+    assert out["confirm"]["text"] == "deleted", out
+    assert out["cancelled"] == "cancelled", out
+    assert out["listed"] == ["cancelled", "completed", "completed"], out
