@@ -1103,3 +1103,30 @@ async def test_the_trace_context_also_goes_in_the_w3c_headers_when_tracing(traci
     (listed,) = server.posts("tools/list")
     assert listed.header("traceparent") == (TRACEPARENT if tracing else None)
     assert listed.header("mcp-session-id") is not None
+
+
+async def test_the_session_is_used_once_the_server_took_initialized() -> None:
+    """2025-11-25 lifecycle "Initialization": requests follow the client's
+    notifications/initialized. Over HTTP each may travel on its own
+    connection, so a request POSTed before the server answered the
+    notification's POST could reach a server that has not finished
+    initializing. Regression (the compat matrix's "tools/list lacked trigger
+    tools" flake: the everything server registers tools on initialized): the
+    gateway POSTed the notification in the background and sent tools/list at
+    once."""
+    legacy = LegacyHttp()
+    initialized: set[str | None] = set()
+
+    async def handler(req: HttpRequest, server: HttpServer) -> Reply:
+        msg = req.message if req.method == "POST" else None
+        sid = req.header("mcp-session-id")
+        if isinstance(msg, dict) and msg.get("method") == "notifications/initialized":
+            await anyio.sleep(0.3)  # a server that takes a moment to set up
+            initialized.add(sid)
+        elif isinstance(msg, dict) and msg.get("method") == "tools/list" and sid not in initialized:
+            return Reply.json(wire.error_response(msg["id"], -32600, "not initialized yet"), 200)
+        return await legacy(req, server)
+
+    async with serve(handler) as server, http_gateway(server.url) as c:
+        listed = await c.call("tools/list")
+    assert "result" in listed, listed

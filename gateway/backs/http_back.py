@@ -164,6 +164,21 @@ class HttpServerConnection:
             self._spawn(self._post_message, msg)
 
     async def send(self, msg: wire.Message) -> None:
+        if msg.get("method") == "notifications/initialized" and "id" not in msg:
+            # Waits for the server to take it: each POST may travel on its own
+            # connection, and a request sent meanwhile could reach a server
+            # that has not finished initializing (mcp servers register tools
+            # on it; the everything server's tools/list then lacks some).
+            if self._ended is not None:
+                raise HttpConnectionEnded(self._ended)
+            if self.tap is not None:
+                self.tap("to-server", msg)
+            if await self.exchange.message(msg) and self._session.sse_endpoint is None:
+                # The session is up: its GET stream, where server requests and
+                # notifications not tied to a call arrive (2025-11-25
+                # "Listening for Messages from the Server").
+                self._spawn(self._reader.listen, self._push_unattached, self._is_over)
+            return
         # Never waits for the POST: a caller such as the reader answering a
         # server request must not stall on a round trip.
         self.send_nowait(msg)
@@ -473,10 +488,11 @@ class HttpServerConnection:
             and msg.get("method") == "notifications/initialized"
             and self._session.sse_endpoint is None
         ):
-            # The session is up: open the GET stream, where server requests and
-            # notifications not tied to a call arrive (2025-11-25 "Listening
-            # for Messages from the Server").
-            await self._reader.listen(self._push_unattached, lambda: self._ended is not None)
+            # The session is up: open the GET stream (as in send()).
+            await self._reader.listen(self._push_unattached, self._is_over)
+
+    def _is_over(self) -> bool:
+        return self._ended is not None
 
     # -- the deprecated HTTP+SSE transport (2024-11-05) ------------------------------
     async def _open_sse_transport(self) -> bool:
