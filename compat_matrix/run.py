@@ -1630,6 +1630,19 @@ def render_report(
             "shows how the notifications arrived."
         )
         add("")
+    if any(o.run.cell.feature == "tasks" for o in observations):
+        add(
+            "Tasks cells (`io.modelcontextprotocol/tasks`, issue #16; the gateway runs with "
+            "`MCP_ERA_GATEWAY_TASKS_AFTER=0.5`): the client calls `slow_compute` (2 s) and "
+            "`confirm_delete` (asks a yes/no elicitation after 1 s) instead of echo. The raw "
+            "modern client declares the extension and requires a task for each call, polls "
+            "`tasks/get` at its `pollIntervalMs` to the inlined result and answers "
+            "`input_required` with `tasks/update`; the evidence shows the statuses it saw. "
+            "The mcp 1.30 client requires the ordinary results (and `test_tool_with_task`, "
+            "which the modern tasks server serves only to a client declaring the extension) "
+            "and counts the elicitations asked of it."
+        )
+        add("")
     notes: dict[str, list[Cell]] = {}
     for cell in ready_cells:
         for note in cell.notes:
@@ -1647,7 +1660,8 @@ def render_report(
     add(
         "Observed eras are what the client reports; evidence is the negotiated "
         "version (or the first line of the error), for MRTR cells how the input "
-        "reached the client, and for notifications cells how the notifications did. "
+        "reached the client, for notifications cells how the notifications did, and for "
+        "tasks cells what became of the calls. "
         "✓ = as expected, ✗ = mismatch. A time with * is that of "
         "a `--feature all` client run shared by the pair's four MRTR cells."
     )
