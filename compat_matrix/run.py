@@ -25,7 +25,9 @@ on the cell's front (client ↔ gateway) and back (gateway ↔ server) transport
 
 Every client gets the cell's feature (`--feature F`). A basic or
 notifications run is judged on the client's whole report, and a notifications
-run must also contain the client's `notifications: ` steps. An MRTR client's
+(tasks) run must also contain the client's `notifications: ` (`tasks: `) steps.
+A cell's `env` is added to the environment of all its processes (the gateway
+reads its `MCP_ERA_GATEWAY_*` settings there). An MRTR client's
 run is judged on that feature's steps of its report; when all four MRTR cells
 of one client x server pair and route are planned, one client run with
 `--feature all` serves them (`--separate-features` runs one per cell).
@@ -103,6 +105,7 @@ FEATURES = (
     "sampling",
     "roots",
     "notifications",
+    "tasks",
 )
 # The features the MRTR fixture clients check, one tools/call each; `--feature all`
 # is exactly these four (the other clients check `basic` or `notifications`).
@@ -112,6 +115,11 @@ MRTR_FEATURES = ("elicitation-form", "elicitation-url", "sampling", "roots")
 URL_REQUIRED = "elicitation-url-required"
 # The steps of a client's notifications check start with this.
 NOTIFY_STEP = "notifications: "
+# ... and those of its tasks check (io.modelcontextprotocol/tasks, issue #16) with this;
+# its `tasks: path` step says what happened (task statuses, or the ordinary answers).
+TASKS_STEP = "tasks: "
+# The features judged on the client's whole report that must hold their own steps.
+STEPPED_FEATURES = {"notifications": NOTIFY_STEP, "tasks": TASKS_STEP}
 OUTCOMES = ("works", "fails", "n/a")
 STATUSES = ("ready", "not yet")
 # Set in every run's environment; the fixture clients hand their whole
@@ -194,6 +202,9 @@ class Cell:
     # request): every other step must pass, and the call must fail with an
     # error containing this text.
     tool_error: str | None = None
+    # Added to the environment of every process of the cell's runs, e.g. the
+    # gateway's MCP_ERA_GATEWAY_TASKS_AFTER for the tasks cells.
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def note(self) -> str | None:
@@ -272,6 +283,7 @@ def _cell(raw: dict[str, Any]) -> Cell:
         issues=_strs(raw.get("issues", [])),
         notes=(raw["note"],) if isinstance(raw.get("note"), str) else _strs(raw.get("note", [])),
         tool_error=raw.get("tool_error"),
+        env=tuple((str(k), str(v)) for k, v in dict(raw.get("env", {})).items()),
     )
 
 
@@ -601,7 +613,7 @@ class Run:
             url=url,
             url_option=URL_OPTIONS.get(front, "--url"),
         )
-        return Launch(tuple(background), client)
+        return Launch(tuple(background), client, self.cell.env)
 
     def argv(self, ctx: Context, feature: str | None = None) -> list[str]:
         """The client's command line (HTTP ports shown as 0)."""
@@ -622,12 +634,16 @@ class Background:
 class Launch:
     background: tuple[Background, ...]
     client: list[str]
+    env: tuple[tuple[str, str], ...] = ()  # the cell's additions to every process's environment
 
     def describe(self) -> list[str]:
-        """Each command, shell-quoted, with its role."""
-        return [f"{b.role}: {shlex.join(b.argv)}" for b in self.background] + [
-            f"client: {shlex.join(self.client)}"
-        ]
+        """Each command, shell-quoted, with its role (the cell's environment first)."""
+        env = [f"env: {' '.join(f'{k}={shlex.quote(v)}' for k, v in self.env)}"] if self.env else []
+        return (
+            env
+            + [f"{b.role}: {shlex.join(b.argv)}" for b in self.background]
+            + [f"client: {shlex.join(self.client)}"]
+        )
 
 
 _ports_lock = threading.Lock()
@@ -785,7 +801,7 @@ def _step_feature(step: dict[str, Any]) -> str | None:
     """The MRTR feature (or notifications) a report step belongs to
     (`<feature>: ...`), else None."""
     name = str(step.get("step", ""))
-    for feature in (*MRTR_FEATURES, URL_REQUIRED, "notifications"):
+    for feature in (*MRTR_FEATURES, URL_REQUIRED, *STEPPED_FEATURES):
         if name.startswith(f"{feature}: "):
             return feature
     return None
@@ -897,13 +913,15 @@ def _observe(
                 else error
             )
             obs.error = first_line(str(detail or f"exit {exit_code}"))
-        if run.checks == "notifications":
-            own = obs.steps("notifications")
-            delivered = [s for s in own if s.get("step") == f"{NOTIFY_STEP}delivered"]
-            obs.input_path = str(delivered[-1].get("path")) if delivered else None
+        prefix = STEPPED_FEATURES.get(run.checks)
+        if prefix is not None:
+            own = obs.steps(run.checks)
+            last = "delivered" if run.checks == "notifications" else "path"
+            told = [s for s in own if s.get("step") == f"{prefix}{last}"]
+            obs.input_path = str(told[-1].get("path")) if told else None
             if obs.ok and not own:
                 obs.ok = False
-                obs.error = "the report has no notifications check"
+                obs.error = f"the report has no {run.checks} check"
         return obs
 
     feature = run.checks
@@ -1086,7 +1104,8 @@ def run_job(runs: Sequence[Run], ctx: Context) -> list[Observation]:
     first = runs[0]
     feature = "all" if len(runs) > 1 else None
     tag = uuid.uuid4().hex
-    env = dict(os.environ, MCP_PEERS_DIR=str(ctx.peers), **{RUN_TAG_VAR: tag})
+    env = dict(os.environ, **dict(first.cell.env))
+    env.update({"MCP_PEERS_DIR": str(ctx.peers), RUN_TAG_VAR: tag})
     env.setdefault("PYTHONUNBUFFERED", "1")
     timed_out = False
     started_at = time.monotonic()
@@ -1611,6 +1630,19 @@ def render_report(
             "shows how the notifications arrived."
         )
         add("")
+    if any(o.run.cell.feature == "tasks" for o in observations):
+        add(
+            "Tasks cells (`io.modelcontextprotocol/tasks`, issue #16; the gateway runs with "
+            "`MCP_ERA_GATEWAY_TASKS_AFTER=0.5`): the client calls `slow_compute` (2 s) and "
+            "`confirm_delete` (asks a yes/no elicitation after 1 s) instead of echo. The raw "
+            "modern client declares the extension and requires a task for each call, polls "
+            "`tasks/get` at its `pollIntervalMs` to the inlined result and answers "
+            "`input_required` with `tasks/update`; the evidence shows the statuses it saw. "
+            "The mcp 1.30 client requires the ordinary results (and `test_tool_with_task`, "
+            "which the modern tasks server serves only to a client declaring the extension) "
+            "and counts the elicitations asked of it."
+        )
+        add("")
     notes: dict[str, list[Cell]] = {}
     for cell in ready_cells:
         for note in cell.notes:
@@ -1628,7 +1660,8 @@ def render_report(
     add(
         "Observed eras are what the client reports; evidence is the negotiated "
         "version (or the first line of the error), for MRTR cells how the input "
-        "reached the client, and for notifications cells how the notifications did. "
+        "reached the client, for notifications cells how the notifications did, and for "
+        "tasks cells what became of the calls. "
         "✓ = as expected, ✗ = mismatch. A time with * is that of "
         "a `--feature all` client run shared by the pair's four MRTR cells."
     )

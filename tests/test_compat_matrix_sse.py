@@ -40,6 +40,9 @@ from compat_matrix.run import (
 )
 
 SSE_CLIENTS = {"basic": {"py1", "ts1-sse"}, "notifications": {"py1", "ts1-sse"}}
+# The features of issue #15's cells; the sse tasks cells (issue #16) are ready only
+# where a tasks fixture server exists (tests/test_compat_matrix_tasks.py).
+SSE_FEATURES = tuple(f for f in FEATURES if f != "tasks")
 
 
 def test_every_legacy_sse_combination_is_a_ready_cell_the_gateway_must_make_work() -> None:
@@ -49,7 +52,7 @@ def test_every_legacy_sse_combination_is_a_ready_cell_the_gateway_must_make_work
     matrix = load_matrix()
     for se in SERVER_ERAS:
         for back in TRANSPORTS:
-            for feature in FEATURES:
+            for feature in SSE_FEATURES:
                 cell = matrix.cell(cell_id("legacy", se, "sse", back, feature))
                 assert cell.ready and cell.gateway == "works", cell.id
                 assert cell.gateway_era == "legacy", cell.id

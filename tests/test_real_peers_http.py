@@ -259,10 +259,11 @@ def test_every_http_cell_is_ready() -> None:
     matrix = load_matrix()
     ready = [c for c in matrix.cells if c.ready]
     # client eras x server kinds (with dual-push, issue #10) x stdio|http routes, and
-    # the legacy clients' sse front (issue #15) x server kinds x back
-    assert len(ready) == 12 * 6 * 4 + 4 * 6 * 2
+    # the legacy clients' sse front (issue #15) x server kinds x back; and the tasks
+    # cells (issue #16) that have peers: modern|legacy x modern|legacy, every route
+    assert len(ready) == 12 * 6 * 4 + 4 * 6 * 2 + 20
     assert {(c.front, c.back) for c in ready} == set(ROUTES)
-    assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES, "notifications"}
+    assert {c.feature for c in ready} == {"basic", *MRTR_FEATURES, "notifications", "tasks"}
     for cell in matrix.cells:
         if cell.feature == "notifications":
             want = (

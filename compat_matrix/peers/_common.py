@@ -65,7 +65,9 @@ def add_feature_option(parser: argparse.ArgumentParser) -> None:
         default="basic",
         help="basic: connect, tools/list, echo (and add); notifications: that, then the "
         "change-notification check (subscriptions/listen on the modern wire, "
-        "resources/subscribe and session notifications on the legacy wire)",
+        "resources/subscribe and session notifications on the legacy wire); tasks: "
+        "slow task tools instead of echo (a task polled to its result on the modern "
+        "wire, the ordinary result on the legacy wire)",
     )
 
 
@@ -178,8 +180,9 @@ def first_text(content: list[dict[str, Any]] | None) -> str | None:
 #     one tools/list_changed right after `initialized`), so its runs check
 #     resources/updated only.
 
-FEATURES = ("basic", "notifications")
+FEATURES = ("basic", "notifications", "tasks")
 NOTIFY_STEP = "notifications: "  # every step of the check starts with it
+TASKS_STEP = "tasks: "  # every step of the tasks check starts with it
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 UPDATED = "notifications/resources/updated"
 TOOLS_CHANGED = "notifications/tools/list_changed"

@@ -21,6 +21,18 @@ and `notifications/resources/updated` and `notifications/tools/list_changed`
 reaching the session's `message_handler` (stdio; over HTTP the session's GET
 stream, which the SDK opens after `initialized`; over HTTP+SSE the event
 stream), then `resources/unsubscribe`.
+
+`--feature tasks` calls the task tools instead of echo, as a legacy client
+that knows no tasks: `slow_compute {seconds: 2}` must answer "computed
+matrix", and `confirm_delete`, whose server asks a yes/no elicitation during
+the call (the client declares elicitation and accepts with confirm: true),
+must answer "deleted"; `test_tool_with_task`, which asks a name first (the
+client answers "Alice"), then works two seconds, must answer "Hello, Alice".
+Through the gateway to a modern server offering `io.modelcontextprotocol/tasks`,
+the server answers with tasks that the gateway polls, passing the task's
+input request on as an elicitation; that server's `test_tool_with_task`
+requires the extension (-32021 without it), so its answer shows that the
+gateway declared it.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from typing import Any
 import anyio
 from _common import (
     ECHO_TEXT,
+    TASKS_STEP,
     Report,
     Trigger,
     echo_arguments,
@@ -47,6 +60,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 from pydantic import AnyUrl
@@ -102,6 +116,9 @@ async def converse(
         t.name: t.model_dump(exclude_none=True) for t in listed.tools
     }
     report.step("tools/list", True, tools=sorted(tools))
+    if feature == "tasks":
+        await check_tasks(session, report, sorted(tools))
+        return
     if not report.step("echo tool listed", "echo" in tools):
         return
 
@@ -145,6 +162,49 @@ async def converse(
         )
 
 
+# The elicitations the server (or the gateway, for a task's input) asked during the run.
+ASKED: list[str] = []
+
+
+async def elicit(
+    context: RequestContext[ClientSession, Any], params: types.ElicitRequestParams
+) -> types.ElicitResult:
+    """Accept a form elicitation: every boolean field true, any other "Alice"."""
+    ASKED.append(params.message)
+    schema = getattr(params, "requestedSchema", None) or {}
+    fields = schema.get("properties", {})
+    content: dict[str, str | int | float | bool | list[str] | None] = {
+        name: True if spec.get("type") == "boolean" else "Alice" for name, spec in fields.items()
+    }
+    return types.ElicitResult(action="accept", content=content)
+
+
+async def check_tasks(session: ClientSession, report: Report, tools: list[str]) -> None:
+    """The tasks check of a legacy client: ordinary answers to slow calls."""
+    wanted = ("slow_compute", "confirm_delete", "test_tool_with_task")
+    if not report.step(f"{TASKS_STEP}task tools listed", all(t in tools for t in wanted)):
+        return
+    calls = (
+        ("slow_compute", {"seconds": 2, "label": "matrix"}, "computed matrix"),
+        ("confirm_delete", {"filename": "matrix.txt"}, "deleted"),
+        ("test_tool_with_task", {}, "Hello, Alice"),
+    )
+    for tool, arguments, expect in calls:
+        started = anyio.current_time()
+        result = await session.call_tool(tool, arguments)
+        text = first_text([block.model_dump() for block in result.content])
+        report.step(
+            f"{TASKS_STEP}tools/call {tool}",
+            text is not None and expect in text and not result.isError,
+            text=text,
+            seconds=round(anyio.current_time() - started, 2),
+        )
+    report.step(f"{TASKS_STEP}one elicitation per asking call", len(ASKED) == 2, asked=ASKED)
+    report.step(
+        f"{TASKS_STEP}path", True, path=f"ordinary results; elicitations asked: {len(ASKED)}"
+    )
+
+
 async def run(
     command: list[str], url: str | None, sse_url: str | None, report: Report, feature: str
 ) -> None:
@@ -156,7 +216,12 @@ async def run(
 
     async with (
         connect(command, url, sse_url) as (read, write),
-        ClientSession(read, write, message_handler=on_message) as session,
+        ClientSession(
+            read,
+            write,
+            message_handler=on_message,
+            elicitation_callback=elicit if feature == "tasks" else None,
+        ) as session,
     ):
         channel = (
             "the HTTP+SSE event stream"

@@ -29,6 +29,18 @@ the listen's id; then tool calls that change the resource and the tool list
 (stdio: `notifications/cancelled`; HTTP: closing its stream) must leave the
 connection usable and, on stdio, the listen silent. No change notification may
 arrive untagged.
+
+`--feature tasks` checks the tasks extension (`io.modelcontextprotocol/tasks`,
+SEP-2663) instead of echo: discover must declare it; `tools/call
+slow_compute {seconds: 2}` declaring it in the request's client capabilities
+must be answered with a task (`resultType: "task"`, status `working`), polled
+with `tasks/get` at its `pollIntervalMs` until `completed` with the tool's
+result inlined; then `confirm_delete`, whose elicitation during the task must
+show as `input_required` with `inputRequests`, answered with `tasks/update`
+(acked with `resultType: "complete"`), the task then completing with
+"deleted". Over HTTP the task methods carry `Mcp-Name: <taskId>`. Both tools
+take longer than the gateway's `[tasks] after` in the matrix cells, so a plain
+result counts as a failure here.
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ from _common import (
     ECHO_TEXT,
     NOTIFY_STEP,
     NOTIFY_WAIT,
+    TASKS_STEP,
     Report,
     Trigger,
     delivery_step,
@@ -262,8 +275,15 @@ class StdioListen:
         )
 
 
-# "Request Metadata": the methods whose name or uri goes in Mcp-Name.
-NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# "Request Metadata": the methods whose name, uri or task id goes in Mcp-Name.
+NAMED = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
 
 class HttpPeer:
@@ -592,6 +612,123 @@ def check_notifications(peer: Connection, report: Report, tools: list[dict[str, 
     delivery_step(report, "; ".join(path))
 
 
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# META, declaring the tasks extension in the client's capabilities.
+TASKS_META = {
+    **META,
+    "io.modelcontextprotocol/clientCapabilities": {
+        "elicitation": {"form": {}},
+        "extensions": {TASKS_EXTENSION: {}},
+    },
+}
+TASK_ENDED = ("completed", "failed", "cancelled")
+SLOW_SECONDS = 2  # longer than the matrix's [tasks] after (0.5 s)
+
+
+def poll_task(
+    peer: Connection, report: Report, tool: str, task: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """tasks/get at the task's pollIntervalMs until it ends; an input_required
+    elicitation is accepted (confirm: true) with tasks/update. The last
+    tasks/get result, and the statuses seen in order (repeats folded)."""
+    task_id = task["taskId"]
+    interval = min(max(float(task.get("pollIntervalMs") or 100) / 1000, 0.05), 2.0)
+    seen: list[str] = [str(task.get("status"))]
+    while True:
+        time.sleep(interval)
+        polled = peer.request("tasks/get", {"_meta": TASKS_META, "taskId": task_id})
+        status = str(polled.get("status"))
+        if status != seen[-1]:
+            seen.append(status)
+        if polled.get("resultType") != "complete" or polled.get("taskId") != task_id:
+            report.step(f"{TASKS_STEP}{tool}: tasks/get answers the task", False, result=polled)
+            return polled, seen
+        if status in TASK_ENDED:
+            return polled, seen
+        if status != "input_required":
+            continue
+        requests = polled.get("inputRequests") or {}
+        responses = {
+            key: {"action": "accept", "content": {"confirm": True}}
+            for key, request in requests.items()
+            if isinstance(request, dict) and request.get("method") == "elicitation/create"
+        }
+        if not report.step(
+            f"{TASKS_STEP}{tool}: input_required asks an elicitation",
+            bool(responses) and len(responses) == len(requests),
+            inputRequests=requests,
+        ):
+            return polled, seen
+        ack = peer.request(
+            "tasks/update",
+            {"_meta": TASKS_META, "taskId": task_id, "inputResponses": responses},
+        )
+        report.step(
+            f"{TASKS_STEP}{tool}: tasks/update acked", ack.get("resultType") == "complete", ack=ack
+        )
+
+
+def task_call(
+    peer: Connection, report: Report, tool: str, arguments: dict[str, Any], expect: str
+) -> str:
+    """Call `tool` declaring the extension; it must become a task that completes
+    with `expect` in its inlined result. A short account of what happened."""
+    answer = peer.request("tools/call", {"_meta": TASKS_META, "name": tool, "arguments": arguments})
+    is_task = answer.get("resultType") == "task" and isinstance(answer.get("taskId"), str)
+    shape = {k: answer.get(k) for k in ("status", "ttlMs", "pollIntervalMs", "createdAt")}
+    if not report.step(
+        f"{TASKS_STEP}{tool}: answered with a task",
+        is_task and answer.get("status") == "working",
+        resultType=answer.get("resultType"),
+        text=None if is_task else first_text(answer.get("content")),
+        **shape,
+    ):
+        return f"{tool}: {answer.get('resultType')}"
+    polled, seen = poll_task(peer, report, tool, answer)
+    result = polled.get("result") or {}
+    text = first_text(result.get("content")) if isinstance(result, dict) else None
+    report.step(
+        f"{TASKS_STEP}{tool}: completed with its result",
+        polled.get("status") == "completed"
+        and text is not None
+        and expect in text
+        and not result.get("isError"),
+        status=polled.get("status"),
+        text=text,
+        error=polled.get("error"),
+    )
+    return f"{tool}: task {'→'.join(seen)}"
+
+
+def check_tasks(
+    peer: Connection, report: Report, discover: dict[str, Any], names: list[Any]
+) -> None:
+    """The tasks check (see the module docstring)."""
+    extensions = (discover.get("capabilities") or {}).get("extensions") or {}
+    if not report.step(
+        f"{TASKS_STEP}extension declared",
+        TASKS_EXTENSION in extensions,
+        extensions=sorted(extensions),
+    ):
+        return
+    wanted = ("slow_compute", "confirm_delete")
+    if not report.step(
+        f"{TASKS_STEP}task tools listed", all(t in names for t in wanted), tools=names
+    ):
+        return
+    path = [
+        task_call(
+            peer,
+            report,
+            "slow_compute",
+            {"seconds": SLOW_SECONDS, "label": "matrix"},
+            "computed matrix",
+        ),
+        task_call(peer, report, "confirm_delete", {"filename": "matrix.txt"}, "deleted"),
+    ]
+    report.step(f"{TASKS_STEP}path", True, path="; ".join(path))
+
+
 def converse(peer: Connection, report: Report, feature: str = "basic") -> None:
     try:
         discover = peer.request("server/discover", {"_meta": META})
@@ -609,6 +746,13 @@ def converse(peer: Connection, report: Report, feature: str = "basic") -> None:
     tools = peer.request("tools/list", {"_meta": META})
     names = [tool.get("name") for tool in tools.get("tools") or []]
     check_complete(report, "tools/list", tools, tools=names)
+    if feature == "tasks":
+        check_tasks(peer, report, discover, names)
+        if peer.unexpected:
+            report.step(
+                "no server-to-client requests or junk", False, unexpected=peer.unexpected[:5]
+            )
+        return
     echo = next((tool for tool in tools.get("tools") or [] if tool.get("name") == "echo"), None)
     if not report.step("echo tool listed", echo is not None):
         return
