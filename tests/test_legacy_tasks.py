@@ -236,3 +236,24 @@ async def test_status_notifications_tell_the_client_where_its_task_is() -> None:
                     assert {"createdAt", "lastUpdatedAt", "ttl"} <= msg["params"].keys()
                     statuses.append(msg["params"]["status"])
     assert statuses == ["input_required", "working", "completed"], statuses
+
+
+@on_mock_clock
+async def test_a_task_that_outlives_its_ttl_fails_then_is_forgotten() -> None:
+    """ "TTL and Resource Management": the receiver MAY delete a task after
+    its ttl. A legacy client's task whose call outlives the ttl it asked for
+    fails (reason task-timeout) and the server's task is cancelled; then the
+    task is forgotten (-32602)."""
+    seen = Recorder()
+    async with gateway(upstream(seen), tasks_max_wait=100) as c:
+        await c.initialize()
+        params = {"name": "forever", "arguments": {}, "task": {"ttl": 5000}}
+        created = await legacy(c, "tools/call", params)
+        task_id = created["result"]["task"]["taskId"]
+        assert created["result"]["task"]["ttl"] == 5000
+        failed = await legacy(c, "tasks/result", {"taskId": task_id})
+        await seen.wait_for("tasks/cancel", timeout=10)
+        await anyio.sleep(20)  # past the ttl and a sweep of the book
+        gone = await legacy(c, "tasks/get", {"taskId": task_id})
+    assert failed.get("error", {}).get("data", {}).get("reason") == "task-timeout", failed
+    assert gone["error"]["code"] == wire.INVALID_PARAMS

@@ -187,7 +187,10 @@ class LegacyTaskRunner:
         # tasks/result: blocks until the task ends ("Result Retrieval").
         ended = self._ended.get(record.task_id)
         if ended is not None and not record.terminal:
-            with anyio.move_on_after(max(0.0, record.expires_at - now)):
+            # The run ends by the task's ttl (it is bounded by it); the margin
+            # lets its own timeout settle the task first.
+            margin = self.config.request_timeout
+            with anyio.move_on_after(max(0.0, record.expires_at - now) + margin):
                 await ended.wait()
         if not record.terminal:
             return legacy_tasks.not_found(msg_id, record.task_id)  # expired meanwhile
