@@ -242,3 +242,25 @@ def test_unknown_methods_to_a_legacy_server_are_method_not_found() -> None:
     assert isinstance(
         routing.route_request(modern("tasks/get"), None, MODERN, HINT), routing.Forward
     )
+
+
+@pytest.mark.parametrize(
+    "info",
+    [{"name": "c"}, {"name": "c", "version": 1}, "c", None],
+    ids=["no-version", "version-not-a-string", "not-an-object", "none"],
+)
+def test_a_malformed_client_info_is_not_forwarded(info: object) -> None:
+    """2026-07-28 basic "Per-request protocol fields": clientInfo is an
+    optional `Implementation` (a name and a version). Regression: a legacy
+    client's clientInfo without a version went in every request's `_meta`,
+    and a modern server that validates it refused every call of the session
+    with -32602."""
+    params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info}
+    d = routing.route_request(wire.request(1, "initialize", params), None, MODERN, HINT)
+    assert isinstance(d, routing.Reply) and d.opens_session is not None
+    d.opens_session.initialized = True
+    call = routing.route_request(
+        wire.request(2, "tools/call", {"name": "t"}), d.opens_session, MODERN, HINT
+    )
+    assert isinstance(call, routing.Forward) and call.params is not None
+    assert era.CLIENT_INFO not in call.params["_meta"]

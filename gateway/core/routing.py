@@ -264,9 +264,21 @@ def _open_session(
     new = LegacyClientSession(
         version=version,
         capabilities=caps,
-        client_info=info if isinstance(info, dict) else None,
+        client_info=info if is_implementation(info) else None,
     )
     return Reply(wire.result_response(msg_id, result), opens_session=new)
+
+
+def is_implementation(info: object) -> bool:
+    """A clientInfo a modern server accepts (schema `Implementation`: a name
+    and a version, both strings). The session forwards only such a one: the
+    field is optional per request in 2026-07-28, and a malformed one would
+    have the server refuse every call of the session (-32602)."""
+    return (
+        isinstance(info, dict)
+        and isinstance(info.get("name"), str)
+        and isinstance(info.get("version"), str)
+    )
 
 
 def legacy_server_capabilities(modern_caps: dict[str, Any]) -> dict[str, Any]:
