@@ -242,16 +242,7 @@ class LegacyInputCall:
         if status == task_shapes.FAILED:
             # The JSON-RPC error the call itself would have failed with.
             self.open_task = None
-            error = task["error"]
-            code = error.get("code")
-            return Finish(
-                wire.error_response(
-                    self.client_id,
-                    code if isinstance(code, int) and not isinstance(code, bool) else -32603,
-                    str(error.get("message", "The task failed")),
-                    error.get("data"),
-                )
-            )
+            return Finish(task_shapes.failed_reply(self.client_id, task["error"]))
         if status == task_shapes.CANCELLED:
             self.open_task = None
             return self._error(f"The server cancelled its task {task['taskId']}", "task-cancelled")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import wire
+from gateway.core import task_shapes
 from gateway.core.task_book import TaskRecord
 from gateway.core.task_shapes import COMPLETED, FAILED
 
@@ -123,25 +124,10 @@ def outcome(msg_id: wire.RequestId, record: TaskRecord) -> wire.Message:
         merged = {**meta, **related} if isinstance(meta, dict) else related
         return wire.result_response(msg_id, {**record.result, "_meta": merged})
     if record.status == FAILED and record.error is not None:
-        error = record.error
-        code = error.get("code")
-        return wire.error_response(
-            msg_id,
-            code if isinstance(code, int) and not isinstance(code, bool) else wire.INTERNAL_ERROR,
-            str(error.get("message", "The task failed")),
-            error.get("data"),
-        )
+        return task_shapes.failed_reply(msg_id, record.error)
     return wire.gateway_error(
         msg_id, wire.INTERNAL_ERROR, "The task was cancelled", reason="task-cancelled"
     )
-
-
-def not_found(msg_id: wire.RequestId, task_id: object) -> wire.Message:
-    """ "Protocol Errors": an unknown task id is -32602."""
-    shown = repr(task_id)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return wire.error_response(msg_id, wire.INVALID_PARAMS, f"Task not found: {shown}")
 
 
 def terminal(msg_id: wire.RequestId, record: TaskRecord) -> wire.Message:

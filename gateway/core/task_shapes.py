@@ -125,6 +125,18 @@ def acknowledged(msg_id: wire.RequestId) -> wire.Message:
     return wire.result_response(msg_id, {"resultType": "complete"})
 
 
+def failed_reply(msg_id: wire.RequestId, error: dict[str, Any]) -> wire.Message:
+    """The JSON-RPC error a failed task carries, as the answer the call itself
+    would have had ("failed: The request failed due to a JSON-RPC error")."""
+    code = error.get("code")
+    return wire.error_response(
+        msg_id,
+        code if isinstance(code, int) and not isinstance(code, bool) else wire.INTERNAL_ERROR,
+        str(error.get("message", "The task failed")),
+        error.get("data"),
+    )
+
+
 def not_found(msg_id: wire.RequestId, task_id: object) -> wire.Message:
     """-32602 for an unknown task ("Task Polling"); the id quoted short, as a
     client may send anything."""

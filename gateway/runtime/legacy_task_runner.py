@@ -14,7 +14,6 @@ that created it, listed only to the link (session) that did.
 from __future__ import annotations
 
 import secrets
-import time
 
 import anyio
 import structlog
@@ -23,21 +22,18 @@ from anyio.abc import TaskGroup
 from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.core import legacy_tasks
+from gateway.core import legacy_tasks, task_shapes
 from gateway.core.routing import Forward
 from gateway.core.task_book import TaskBook, TaskRecord
 from gateway.core.task_shapes import CANCELLED
 from gateway.core.upstream_failures import failure_reply
+from gateway.runtime.held_call_runner import now_ms
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.tasks")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def tell(link: ClientLink, record: TaskRecord) -> None:
@@ -59,7 +55,7 @@ class _Asking:
         self.link = link
 
     def asking(self, now: bool) -> None:
-        self.book.asking(self.record, now, _now_ms())
+        self.book.asking(self.record, now, now_ms())
         tell(self.link, self.record)
 
     def related(self, request: wire.Message) -> wire.Message:
@@ -104,7 +100,7 @@ class LegacyTaskRunner:
         task_id = secrets.token_urlsafe(24)
         ceiling = int(self.config.tasks_max_wait * 1000)
         ttl = legacy_tasks.requested_ttl_ms(msg.get("params"), ceiling)
-        record = self.book.create(task_id, link.principal, anyio.current_time(), _now_ms(), ttl)
+        record = self.book.create(task_id, link.principal, anyio.current_time(), now_ms(), ttl)
         scope, ended = anyio.CancelScope(), anyio.Event()
         self._runs[task_id], self._ended[task_id], self._owner[task_id] = scope, ended, link.id
         self._tg.start_soon(self._run, record, link, msg, decision, session, scope, ended)
@@ -138,7 +134,7 @@ class LegacyTaskRunner:
                 except UpstreamError as exc:
                     reply = failure_reply(exc, msg_id)
                 self.book.settle(
-                    record, self.on_session.shape(decision, reply, msg_id, session), _now_ms()
+                    record, self.on_session.shape(decision, reply, msg_id, session), now_ms()
                 )
         except TimeoutError:
             self.book.settle(
@@ -149,7 +145,7 @@ class LegacyTaskRunner:
                     "The task did not end within its time to live",
                     reason="task-timeout",
                 ),
-                _now_ms(),
+                now_ms(),
             )
         finally:
             self._runs.pop(record.task_id, None)
@@ -173,11 +169,11 @@ class LegacyTaskRunner:
             return legacy_tasks.listing(msg_id, mine)
         record = self.book.find(params.get("taskId"), link.principal, now)
         if record is None:
-            return legacy_tasks.not_found(msg_id, params.get("taskId"))
+            return task_shapes.not_found(msg_id, params.get("taskId"))
         if method == "tasks/get":
             return legacy_tasks.current(msg_id, record)
         if method == "tasks/cancel":
-            if not self.book.cancel(record, _now_ms()):
+            if not self.book.cancel(record, now_ms()):
                 return legacy_tasks.terminal(msg_id, record)
             run = self._runs.pop(record.task_id, None)
             if run is not None:
@@ -193,7 +189,7 @@ class LegacyTaskRunner:
             with anyio.move_on_after(max(0.0, record.expires_at - now) + margin):
                 await ended.wait()
         if not record.terminal:
-            return legacy_tasks.not_found(msg_id, record.task_id)  # expired meanwhile
+            return task_shapes.not_found(msg_id, record.task_id)  # expired meanwhile
         return legacy_tasks.outcome(msg_id, record)
 
     # -- expiry ------------------------------------------------------------------------------

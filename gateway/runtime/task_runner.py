@@ -18,7 +18,6 @@ cancels the call upstream. Records expire with their time to live.
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Any
 
 import anyio
@@ -32,16 +31,13 @@ from gateway.core import mrtr_shapes, task_shapes
 from gateway.core.routing import Forward
 from gateway.core.task_book import TaskBook, TaskRecord
 from gateway.core.upstream_failures import failure_reply
+from gateway.runtime.held_call_runner import now_ms
 from gateway.runtime.held_calls import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.tasks")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _discard(msg: wire.Message) -> None:
@@ -131,7 +127,7 @@ class TaskRunner:
             return {**outcome[0], "id": msg["id"]}
         # Still running: from here on it is a task (created before the next
         # await, so the round's end, whenever it comes, finds it).
-        record = self.book.create(task_id, link.principal, anyio.current_time(), _now_ms())
+        record = self.book.create(task_id, link.principal, anyio.current_time(), now_ms())
         task.append(record)
         self._calls[task_id] = (msg, decision, session)
         log.info("call became a task", task=task_id[:8], tool=(msg.get("params") or {}).get("name"))
@@ -153,7 +149,7 @@ class TaskRunner:
         return self.on_session.shape(decision, reply, msg["id"], session)
 
     def _settle(self, record: TaskRecord, reply: wire.Message) -> None:
-        self.book.settle(record, reply, _now_ms())
+        self.book.settle(record, reply, now_ms())
         if record.terminal:
             self._calls.pop(record.task_id, None)
             log.info("task ended", task=record.task_id[:8], status=record.status)
@@ -169,7 +165,7 @@ class TaskRunner:
         if msg["method"] == "tasks/get":
             return task_shapes.current(msg_id, record.view())
         if msg["method"] == "tasks/cancel":
-            if self.book.cancel(record, _now_ms()):
+            if self.book.cancel(record, now_ms()):
                 self._calls.pop(record.task_id, None)
                 round_scope = self._rounds.pop(record.task_id, None)
                 if round_scope is not None:
