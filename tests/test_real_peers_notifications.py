@@ -354,12 +354,15 @@ async def http_gateway(tmp_path: Path, server: list[str]) -> AsyncIterator[httpx
 
 @asynccontextmanager
 async def http_gateway_process(
-    tmp_path: Path, server: list[str]
+    tmp_path: Path, server: list[str], upstream: str | None = None
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Process]]:
+    """The gateway as a process listening on HTTP, in front of the `server`
+    command, or of the HTTP server at `upstream`; ready (its /readyz)."""
     port = free_port()
+    target = ["--upstream", upstream] if upstream is not None else ["--", *server]
     cmd = [
         sys.executable, "-m", "gateway", "--listen", f"127.0.0.1:{port}",
-        "--log-level", "warning", "--", *server,
+        "--log-level", "warning", *target,
     ]  # fmt: skip
     stderr = tmp_path / "gateway-http.stderr"
     with stderr.open("wb") as err:
@@ -370,7 +373,7 @@ async def http_gateway_process(
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
                 with anyio.fail_after(20):
-                    while True:
+                    while True:  # each pass asks /readyz once; bounded above
                         try:
                             if (await c.get("/readyz")).status_code == 200:
                                 break

@@ -17,7 +17,6 @@ FAIL, never skip.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from tests.test_http_back import Peer, free_port
+from tests.test_real_peers_notifications import http_gateway_process
 
 pytestmark = pytest.mark.peers
 
@@ -64,44 +63,15 @@ async def gateway_with_sse(
     `upstream_url`; the SSE front's URL."""
     peers_installed()
     upstream: Peer | None = None
-    if upstream_url is not None:
-        target = ["--upstream", upstream_url]
-    elif back == "http":
+    if upstream_url is None and back == "http":
         server_port = free_port()
         upstream = Peer([*SERVERS[server], "--http", str(server_port)], server_port)
         upstream.start()
         upstream.wait_listening(time.monotonic() + 30)
-        target = ["--upstream", upstream.url]
-    else:
-        target = ["--", *SERVERS[server]]
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "gateway", "--listen", f"127.0.0.1:{port}",
-        "--log-level", "warning", *target,
-    ]  # fmt: skip
+        upstream_url = upstream.url
     try:
-        with (tmp_path / "gateway.stderr").open("wb") as err:
-            process = await anyio.open_process(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
-                env=dict(os.environ),
-            )  # fmt: skip
-            try:
-                base = f"http://127.0.0.1:{port}"
-                async with httpx.AsyncClient(base_url=base, timeout=5) as client:
-                    with anyio.fail_after(30):
-                        while True:  # each pass asks /readyz once
-                            try:
-                                if (await client.get("/readyz")).status_code == 200:
-                                    break
-                            except httpx.TransportError:
-                                pass
-                            await anyio.sleep(0.05)
-                yield f"{base}/sse"
-            finally:
-                if process.returncode is None:
-                    process.terminate()
-                with anyio.fail_after(10):
-                    await process.wait()
+        async with http_gateway_process(tmp_path, SERVERS[server], upstream_url) as (client, _):
+            yield str(client.base_url.join("/sse"))
     finally:
         if upstream is not None:
             upstream.stop()

@@ -14,10 +14,12 @@ import pytest
 from gateway import wire
 from gateway.fronts import http_answers
 from gateway.fronts.http_output import Inbox
+from tests.mock_clock import on_mock_clock
 
 
 class SlowClient:
-    """Each body write takes longer than the keep-alive interval."""
+    """Each body write takes longer than the keep-alive interval (on the
+    mock clock: no wall-clock time passes)."""
 
     def __init__(self) -> None:
         self.sent: list[MutableMapping[str, Any]] = []
@@ -40,6 +42,7 @@ class SlowClient:
         ]
 
 
+@on_mock_clock
 async def test_a_slow_reader_loses_no_message_to_the_keepalive_timer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

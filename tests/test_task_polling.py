@@ -27,7 +27,8 @@ from gateway.core.legacy_input import (
 )
 from gateway.core.profile import UpstreamProfile
 from gateway.core.routing import Forward, LegacyClientSession, Shape
-from tests.playbook import Playbook, matching
+from tests.playbook import Playbook
+from tests.test_legacy_input import gateway_error
 
 META = {
     era.PROTOCOL_VERSION: "2026-07-28",
@@ -79,20 +80,6 @@ def loop(max_rounds: int = 3) -> LegacyInputCall:
         max_rounds,
         new_elicitation_id=lambda: f"e{next(ids)}",
         polling=POLLING,
-    )
-
-
-def gateway_error(reason: str, text: str) -> Finish:
-    return Finish(
-        {
-            "jsonrpc": "2.0",
-            "id": "client-1",
-            "error": {
-                "code": wire.INTERNAL_ERROR,
-                "message": matching(text),
-                "data": {"source": wire.GATEWAY_SOURCE, "reason": reason},
-            },
-        }
     )
 
 
