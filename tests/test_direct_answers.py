@@ -7,13 +7,19 @@ stand-in that records what it was offered."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import anyio
+import orjson
 
 from gateway.fronts import http_limits
 from gateway.fronts.direct_answer import CycleAnswer
+from gateway.fronts.port import Readiness
+from tests.test_front_port import StandIn
 from tests.test_http_limits import FakeTransport, ok_app, settle
 
-POST = b"POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n%s\r\n%s"
+POST = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: %d\r\n%s\r\n%s"
 
 
 def post(body: bytes = b"{}", extra: bytes = b"") -> bytes:
@@ -209,3 +215,61 @@ async def test_a_defect_in_taking_is_a_500_and_the_connection_goes_on() -> None:
     proto.data_received(post())
     await settle()
     assert len(front.offers) == 1
+
+
+class HoldingPort(StandIn):
+    """The gateway as the fronts see it, recording what the direct path asks of it."""
+
+    def __init__(self) -> None:
+        super().__init__(Readiness(True, era="legacy"))
+        self.log: list[str] = []
+
+    def take_request(self, link: Any, msg: Any, tg: Any) -> None:
+        self.log.append(f"take {msg['id']}")
+
+    def hold_upstream_writes(self) -> None:
+        self.log.append("hold")
+
+    def release_upstream_writes(self) -> None:
+        self.log.append("release")
+
+
+def modern_call(msg_id: int) -> bytes:
+    from gateway import era
+
+    meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
+    params = {"name": "echo", "arguments": {}, "_meta": meta}
+    body = orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": params})
+    head = (
+        b"content-type: application/json\r\naccept: application/json, text/event-stream\r\n"
+        b"mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: echo\r\n"
+    )
+    return post(body, head)
+
+
+async def test_calls_read_in_one_loop_step_go_upstream_in_one_write() -> None:
+    """Issue #12 ("per-request ... work"): calls that arrive together, on
+    several connections, while others are in flight are held and written
+    upstream at the end of the loop step (one pipe write, one wake-up of the
+    server); a lone call is written at once, so holding costs it nothing."""
+    from gateway.fronts.http_front import HttpFront
+    from gateway.fronts.metrics import Metrics
+
+    port = HoldingPort()
+    front = HttpFront(port, Metrics())
+    async with anyio.create_task_group() as tg:
+        front.tg = tg
+        protos = [connection(front.direct, App())[0] for _ in range(4)]  # type: ignore[arg-type]
+        protos[0].data_received(modern_call(1))
+        assert port.log == ["take 1"]  # nothing else in flight: written at once
+        await settle()
+        assert port.log == ["take 1"]
+        protos[1].data_received(modern_call(2))  # one step: three ready connections
+        protos[2].data_received(modern_call(3))
+        assert port.log == ["take 1", "hold", "take 2", "take 3"]
+        await asyncio.sleep(0)  # the end of the step
+        assert port.log == ["take 1", "hold", "take 2", "take 3", "release"]
+        protos[3].data_received(modern_call(4))  # another step: held again
+        await asyncio.sleep(0)
+        assert port.log[5:] == ["hold", "take 4", "release"]
+        tg.cancel_scope.cancel()

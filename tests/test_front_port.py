@@ -53,6 +53,12 @@ class StandIn:
     def take_request(self, link: ClientLink, msg: wire.Message, tg: TaskGroup) -> None:
         raise AssertionError("no client request is expected")
 
+    def hold_upstream_writes(self) -> None:
+        return None
+
+    def release_upstream_writes(self) -> None:
+        return None
+
     def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
         raise AssertionError("no client reply is expected")
 

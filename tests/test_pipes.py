@@ -154,3 +154,34 @@ async def test_data_nobody_reads_yet_does_not_keep_the_loop_busy() -> None:
         reader.release()
         os.close(read_fd)
         os.close(write_fd)
+
+
+async def test_corked_writes_leave_in_one_write_when_uncorked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the HTTP front holds while calls are in flight (issue #12,
+    fronts/direct_posts.py `_hold_writes`) reaches the server in one write
+    system call; an uncorked write goes at once."""
+    read_fd, write_fd = os.pipe()
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: bytes) -> int:
+        writes.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr("gateway.pipes.os.write", counting_write)
+    try:
+        writer = PipeWriter(write_fd)
+        writer.write(b"a\n")
+        assert writes == [b"a\n"]
+        writer.cork()
+        writer.write(b"b\n")
+        writer.write(b"c\n")
+        assert writes == [b"a\n"] and writer.queued == 4
+        writer.uncork()
+        assert writes == [b"a\n", b"b\nc\n"] and writer.queued == 0
+        assert os.read(read_fd, 100) == b"a\nb\nc\n"
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

@@ -73,6 +73,7 @@ class DirectPosts:
         # The 2025-11-25 calls among them, oldest first, and the one timer for their priming time.
         self._priming: dict[DirectCall, None] = {}
         self._priming_timer: asyncio.TimerHandle | None = None
+        self._holding = False  # upstream writes held until the end of this loop step
 
     def offered(self, scope: Scope) -> bool:
         """Whether a request of this head may be offered once its body is in."""
@@ -125,11 +126,27 @@ class DirectPosts:
             self._priming[direct] = None
             if self._priming_timer is None:
                 self._prime_at(direct, answer.gone.loop)
-        self.live.add(direct)
         call.inbox.direct = direct
         answer.gone.listener = direct.on_gone
+        if self.live and not self._holding:
+            self._hold_writes(answer.gone.loop)
+        self.live.add(direct)
         self.service.take_request(call.link, msg, calls.tg)
         return True
+
+    def _hold_writes(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Calls in flight: hold what goes upstream until every connection
+        ready in this step of the loop has been read, then write it in one
+        go (one pipe write and one wake-up of the server for them all, not
+        one each). A lone call (nothing in flight) goes at once: holding it
+        would only add a step of the loop to its latency."""
+        self._holding = True
+        self.service.hold_upstream_writes()
+        loop.call_soon(self._release_writes)
+
+    def _release_writes(self) -> None:
+        self._holding = False
+        self.service.release_upstream_writes()
 
     def _prime_at(self, direct: DirectCall, loop: asyncio.AbstractEventLoop) -> None:
         due = direct.call.since + self._prime_after

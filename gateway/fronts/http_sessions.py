@@ -20,6 +20,7 @@ from gateway.fronts.http_calls import HttpCalls
 from gateway.fronts.http_output import http_link
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.port import GatewayPort
+from gateway.loop_clock import LazyClock
 
 log = structlog.get_logger("gateway.fronts.http")
 
@@ -32,6 +33,7 @@ class HttpSessions:
         # The front's other legacy sessions (HTTP+SSE), under the same limit.
         self.others: Sized = ()
         self._max = service.config.http_max_sessions
+        self._now = LazyClock()  # find() is on every legacy request's path
 
     async def initialize(
         self, principal: str, msg: wire.Message, receive: Receive, send: Send
@@ -72,7 +74,7 @@ class HttpSessions:
             raise HttpError(404, "Session not found", msg_id=msg_id)
         if session.link.principal != principal:
             raise HttpError(404, "Session not found", msg_id=msg_id)
-        session.last_seen = anyio.current_time()
+        session.last_seen = self._now()
         return session
 
     async def serve_get(

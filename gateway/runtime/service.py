@@ -192,6 +192,12 @@ class GatewayService:
         elif call.scope is not None:
             call.scope.cancel()
 
+    def hold_upstream_writes(self) -> None:
+        self.pool.cork()
+
+    def release_upstream_writes(self) -> None:
+        self.pool.uncork()
+
     def drop_link(self, link: ClientLink) -> None:
         """A client connection or session is over: cancel what it still runs."""
         for msg_id in list(link.inflight):
