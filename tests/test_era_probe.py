@@ -47,3 +47,21 @@ def test_discover_request_carries_modern_meta() -> None:
     params = era_probe.discover_params("2026-07-28", {"name": "g", "version": "1"})
     msg = wire.request(7, "server/discover", params)
     assert era.is_modern(msg) and era.check_modern_meta(msg) is None
+
+
+def test_the_backs_own_unreachable_answer_is_not_an_era() -> None:
+    """The HTTP back's answer for an exchange that failed below HTTP (it
+    never reached the server) is told from the server's own -32603: the
+    first is why the upstream is unavailable, the second a legacy server's
+    answer to an unknown method."""
+    from gateway.backs import http_wire
+
+    failed = http_wire.failure_reply(1, "cannot connect to h:1: Connection refused")
+    assert era_probe.unreachable(failed) == (
+        "Upstream HTTP exchange failed: cannot connect to h:1: Connection refused"
+    )
+    servers = wire.error_response(1, wire.INTERNAL_ERROR, "Upstream HTTP exchange failed")
+    assert era_probe.unreachable(servers) is None
+    forged = wire.error_response(1, wire.INTERNAL_ERROR, "x", {"reason": "upstream-unreachable"})
+    assert era_probe.unreachable(forged) is None  # not marked as the gateway's own
+    assert era_probe.unreachable(wire.result_response(1, {})) is None

@@ -58,11 +58,18 @@ def test_probe_takes_the_upstream_url_without_the_option() -> None:
     """Issue #14: "`probe https://host/mcp` (a URL without `--upstream`) is
     refused; accept it." Nothing listens there: the probe itself reports
     that (exit 1, a JSON report), rather than the command line refusing."""
-    url = f"http://127.0.0.1:{free_port()}/mcp"
-    result = run("probe", url, "--log-level", "critical", "--startup-timeout", "5")
+    port = free_port()
+    result = run(
+        "probe", f"http://127.0.0.1:{port}/mcp", "--log-level", "critical", "--startup-timeout", "5"
+    )
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["era"] is None and report["error"]
+    assert report["era"] is None
+    # Where it went and why, not "initialize failed" (the era probe's fallback
+    # to the legacy handshake, which an unreachable server tells nothing).
+    assert report["error"] == (
+        f"Upstream HTTP exchange failed: cannot connect to 127.0.0.1:{port}: Connection refused"
+    )
     assert result.stderr == ""
 
 

@@ -307,3 +307,31 @@ async def test_https_upstream_is_verified(tmp_path: Path) -> None:
     await trusting.aclose()
     await default.aclose()
     assert len(seen) == 1
+
+
+def test_a_failed_connect_says_where_and_the_systems_reason() -> None:
+    """What an operator reads when the upstream cannot be reached: the
+    address and the system's reason, which anyio keeps behind "All connection
+    attempts failed" and asyncio words as "Connect call failed (addr)"."""
+    import errno
+    import socket
+    import ssl
+
+    from gateway.backs.http_client import connect_failure
+
+    def behind(cause: OSError) -> OSError:
+        exc = OSError("All connection attempts failed")
+        exc.__cause__ = cause
+        return exc
+
+    refused = ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('h', 1)")
+    assert str(connect_failure("h", 1, behind(refused))) == (
+        "cannot connect to h:1: Connection refused"
+    )
+    assert str(connect_failure("h", 1, refused)) == "cannot connect to h:1: Connection refused"
+    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert str(connect_failure("nowhere.invalid", 443, unknown)) == (
+        "cannot connect to nowhere.invalid:443: Name or service not known"
+    )
+    tls = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    assert str(connect_failure("h", 443, tls)).startswith("TLS with h:443 failed: SSLError")

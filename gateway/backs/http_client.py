@@ -17,6 +17,7 @@ pools `direct_pool` hands out); everything else comes here.
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import ssl
 from collections import deque
@@ -352,7 +353,7 @@ class HttpClient:
         except TimeoutError:
             raise HttpClientError(f"connecting to {origin.host}:{origin.port} timed out") from None
         except (OSError, ssl.SSLError) as exc:
-            raise HttpClientError(describe(exc)) from None
+            raise connect_failure(origin.host, origin.port, exc) from None
         return _Connection(origin, stream)
 
     async def _release(self, connection: _Connection) -> None:
@@ -380,6 +381,22 @@ def _on_asyncio() -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    """An exception as one log-line or error-message phrase."""
+    """An exception as one log-line or error-message phrase (ours already is one)."""
     text = str(exc)
+    if isinstance(exc, HttpClientError) and text:
+        return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def connect_failure(host: str, port: int, exc: OSError) -> HttpClientError:
+    """A failed connect as the operator needs it: where to, and the system's
+    reason ("Connection refused", "Name or service not known"), which anyio
+    keeps behind "All connection attempts failed"."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    if isinstance(cause, ssl.SSLError):
+        return HttpClientError(f"TLS with {host}:{port} failed: {describe(cause)}")
+    errno = cause.errno
+    # asyncio words a refused connect as "Connect call failed (addr)": the errno says it.
+    why = os.strerror(errno) if isinstance(errno, int) and errno > 0 else cause.strerror
+    why = why or describe(cause)
+    return HttpClientError(f"cannot connect to {host}:{port}: {why}")

@@ -28,7 +28,7 @@ from typing import Protocol
 import anyio
 import httptools
 
-from gateway.backs.http_client import HttpClientError, Response, describe
+from gateway.backs.http_client import HttpClientError, Response, connect_failure, describe
 
 # An answer's head, as on the general path (h11's bound there): a server that
 # sends more without ending it fails the call.
@@ -370,7 +370,7 @@ class DirectPool:
         except TimeoutError:
             raise HttpClientError(f"connecting to {self.host}:{self.port} timed out") from None
         except OSError as exc:
-            raise HttpClientError(describe(exc)) from None
+            raise connect_failure(self.host, self.port, exc) from None
         self._open.add(connection)
         return connection
 

@@ -39,6 +39,24 @@ class ProbeVerdict:
     silent: bool = False
 
 
+def unreachable(reply: wire.Message) -> str | None:
+    """Why the upstream could not be reached, when `reply` is the back's own
+    answer saying so (http_wire.failure_reply), not the server's: that says
+    nothing about its era, and trying the other era's handshake next would
+    only hide the cause behind "initialize failed"."""
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        return None
+    data = error.get("data")
+    if (
+        isinstance(data, dict)
+        and data.get("source") == wire.GATEWAY_SOURCE
+        and data.get("reason") == "upstream-unreachable"
+    ):
+        return str(error.get("message", ""))
+    return None
+
+
 def judge(reply: wire.Message, ours: tuple[str, ...] = era.MODERN_VERSIONS) -> ProbeVerdict:
     """The era a reply to our `server/discover` reveals."""
     if "result" in reply:

@@ -211,6 +211,9 @@ class EraSettler:
             session.close(exc.reason)
             return era_probe.ProbeVerdict(era.Era.LEGACY, reason=f"died during probe: {exc.reason}")
         credentials.check_reply(reply)  # a 401 says nothing about the era
+        unreachable = era_probe.unreachable(reply)
+        if unreachable is not None:
+            raise UpstreamUnavailable(unreachable)
         return era_probe.judge(reply)
 
     async def discover(self, session: UpstreamSession, version: str) -> None:
@@ -255,4 +258,7 @@ class EraSettler:
         except UpstreamError as exc:  # it went away or did not answer
             raise UpstreamUnavailable(f"{method} failed: {exc}") from None
         credentials.check_reply(reply)
+        unreachable = era_probe.unreachable(reply)
+        if unreachable is not None:
+            raise UpstreamUnavailable(unreachable)
         return reply
