@@ -155,6 +155,41 @@ async def test_elicitation_round_trip() -> None:
     assert "inputResponses" not in calls[0]["params"]
 
 
+async def roots_then_name(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
+    # server-everything asks roots/list 350 ms after initialized, inside
+    # whatever call then runs; here inside the call, before its own question.
+    roots = await server.ask("roots/list")
+    answer = await server.ask("elicitation/create", ELICIT)
+    code = (roots.get("error") or {}).get("code")
+    return {"content": [{"type": "text", "text": f"{answer['result']['content']['name']} {code}"}]}
+
+
+async def test_a_held_call_is_not_failed_for_a_roots_list_its_client_did_not_declare() -> None:
+    """A call of a client that declared elicitation (not roots) holds the
+    session; the server's roots/list during it belongs to the session, not
+    to the call: refused upstream (-32601, as outside any call), and the
+    call goes on to its own elicitation round. It used to fail -32021."""
+    seen = Recorder()
+    caps: dict[str, Any] = {"elicitation": {"form": {}}}
+    async with gateway(legacy_server({"tools/call": roots_then_name}, log=seen)) as c:
+        first = await start(c, "roots_then_name", caps=caps)
+        result = first["result"]
+        assert result["resultType"] == "input_required", first
+        assert [r["method"] for r in result["inputRequests"].values()] == ["elicitation/create"]
+        (key,) = result["inputRequests"]
+        params = {
+            "name": "roots_then_name",
+            "arguments": {},
+            "_meta": meta(caps),
+            "inputResponses": {key: accept("Ada")},
+            "requestState": result["requestState"],
+        }
+        final = await send_and_wait(c, wire.request(2, "tools/call", params), None)
+        refusal = next(m for m in seen if m.get("id") == "srv-1")
+    assert final["result"]["content"][0]["text"] == f"Ada {wire.METHOD_NOT_FOUND}"
+    assert "roots belong to the session" in refusal["error"]["message"]
+
+
 async def test_concurrent_server_requests_go_out_in_one_input_required() -> None:
     async with gateway(legacy_server({"tools/call": two_at_once})) as c:
         first = await start(c, "two")

@@ -125,6 +125,40 @@ def test_the_held_call_holding_the_session_owns_the_request() -> None:
     assert Playbook(desk()) >> arrived(ELICIT, claim) << HandToHeldCall("held-1", ELICIT)
 
 
+def test_a_held_call_is_not_failed_for_the_sessions_roots() -> None:
+    """Roots are the session's, not a call's (2025-11-25 client/roots: a
+    server asks at start and on list_changed). server-everything asks 350 ms
+    after `initialized`, inside whatever call then runs: a held call of a
+    client that declared elicitation but not roots (holding the session's
+    lease) is not failed -32021 for it. The server is refused, or answered
+    from `[upstream] roots`; the call goes on."""
+    call = OwnerCall(41, "tools/call", "client-7")
+    held = Claim("held-1", None, MODERN, (call,), frozenset({"elicitation"}))
+    session = frozenset({"elicitation", "sampling", "roots"})
+    assert (
+        Playbook(desk())
+        >> arrived(LIST_ROOTS, held, session_features=session)
+        << refused(9, "roots belong to the session")
+    )
+    assert (
+        Playbook(desk(static_roots=ROOTS))
+        >> arrived(LIST_ROOTS, held, session_features=session)
+        << RespondToServer(wire.result_response(9, {"roots": list(ROOTS)}))
+    )
+    # Its own input still goes to it; and roots, once its client declared them.
+    assert (
+        Playbook(desk())
+        >> arrived(ELICIT, held, session_features=session)
+        << HandToHeldCall("held-1", ELICIT)
+    )
+    rooted = Claim("held-1", None, MODERN, (call,), frozenset({"elicitation", "roots"}))
+    assert (
+        Playbook(desk())
+        >> arrived(LIST_ROOTS, rooted, session_features=session)
+        << HandToHeldCall("held-1", LIST_ROOTS)
+    )
+
+
 def test_the_one_modern_call_that_cannot_take_it_fails_with_32021() -> None:
     """2026-07-28 basic/patterns/mrtr: a server needing a client capability the
     request did not declare answers -32021 with requiredCapabilities; the

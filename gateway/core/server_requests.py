@@ -59,6 +59,8 @@ class Claim(Generic[C]):
     sole_owner: C | None
     # The owner's calls in progress.
     calls: tuple[OwnerCall, ...] = ()
+    # The client features the held call's client declared.
+    held_features: frozenset[str] = frozenset()
 
     @property
     def owner(self) -> C | None:
@@ -192,9 +194,17 @@ class ServerRequests(Generic[C]):
                     )
                 )
             ]
-        if claim.held_call is not None:
+        if claim.held_call is not None and not (
+            method == "roots/list"
+            and feature not in claim.held_features
+            and feature in event.session_features
+        ):
             # DESIGN §5.1.6: the call holding the session owns the request.
             return [HandToHeldCall(claim.held_call, msg)]
+        # Roots are the session's, not a call's (see _serve): a held call of a
+        # client that declared none is not failed -32021 for a roots/list the
+        # server sends at session start (server-everything, 350 ms after
+        # initialized, in whatever call then runs, its elicitation included).
         return self._serve(event, feature)
 
     def _serve(self, event: ServerRequestArrived[C], feature: str) -> list[Command]:

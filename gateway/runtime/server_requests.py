@@ -92,7 +92,10 @@ class ServerRequestDesk:
                 OwnerCall(i, session.pending[i].method, session.pending[i].client_id)
                 for i in session.calls_of(owner)
             )
-        return Claim(holder if isinstance(holder, HeldEntry) else None, client, sole, calls)
+        if isinstance(holder, HeldEntry):
+            features = era.CLIENT_FEATURES.intersection(holder.call.client_caps)
+            return Claim(holder, client, sole, calls, frozenset(features))
+        return Claim(None, client, sole, calls)
 
     def _sole_owner(self, session: UpstreamSession) -> ClientLink | None:
         """The one client a server request can belong to, if there is one.
