@@ -210,10 +210,7 @@ class EraSettler:
             # The reader may not have seen the exit yet: the session is dead either way.
             session.close(exc.reason)
             return era_probe.ProbeVerdict(era.Era.LEGACY, reason=f"died during probe: {exc.reason}")
-        credentials.check_reply(reply)  # a 401 says nothing about the era
-        unreachable = era_probe.unreachable(reply)
-        if unreachable is not None:
-            raise UpstreamUnavailable(unreachable)
+        _screen(reply)  # a 401, or no server reached, says nothing about the era
         return era_probe.judge(reply)
 
     async def discover(self, session: UpstreamSession, version: str) -> None:
@@ -257,8 +254,15 @@ class EraSettler:
             reply = await session.call(method, params, timeout=self.config.startup_timeout)
         except UpstreamError as exc:  # it went away or did not answer
             raise UpstreamUnavailable(f"{method} failed: {exc}") from None
-        credentials.check_reply(reply)
-        unreachable = era_probe.unreachable(reply)
-        if unreachable is not None:
-            raise UpstreamUnavailable(unreachable)
+        _screen(reply)
         return reply
+
+
+def _screen(reply: wire.Message) -> None:
+    """Raise for an answer that is not the server's word on the era: a
+    credential challenge (credentials.check_reply), or the HTTP back's own
+    answer that no server was reached (UpstreamUnavailable, saying why)."""
+    credentials.check_reply(reply)
+    unreachable = era_probe.unreachable(reply)
+    if unreachable is not None:
+        raise UpstreamUnavailable(unreachable)
