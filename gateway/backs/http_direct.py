@@ -12,10 +12,11 @@ idle-socket `select`, h11's per-request objects and header checks.
 
 A connection handles one whole exchange itself when the answer is a complete
 body (a JSON reply, a refusal): `DirectCall.answered` gets it at once. A 2xx
-event stream goes on, from the head the callbacks parsed, in a task of the
-caller's (`DirectCall.streaming`), which reads the rest of the body as the
-general path's `Response`. Asyncio only, plain http only: anything else
-takes the general path.
+event stream goes, chunk by chunk, to the sink the caller gives for it
+(`DirectCall.events`), still in the callbacks; without one it goes on in a
+task of the caller's (`DirectCall.streaming`), which reads the rest of the
+body as the general path's `Response`. Asyncio only, plain http only:
+anything else takes the general path.
 """
 
 from __future__ import annotations
