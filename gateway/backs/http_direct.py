@@ -246,7 +246,8 @@ class DirectConnection(asyncio.Protocol):
             sink = call.events(self._headers)
             if sink is not None:  # read here: what came with the head first
                 self._mode, self._sink, self._feed = _EVENTS, sink, None
-                self._chunks = list(feed.drain())
+                self._chunks = feed.drain()
+                self.resume()  # a feed that filled up paused it; the sink never does
             else:
                 self._call = None  # a task reads on through the feed
                 call.streaming(Response(self._status, self._headers, feed.chunks()), feed.close)
