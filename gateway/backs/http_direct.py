@@ -293,9 +293,8 @@ class DirectConnection(asyncio.Protocol):
             self.close()
 
     def _stop_linger(self) -> None:
-        linger = getattr(self, "_linger", None)
-        if linger is not None:
-            linger.cancel()
+        if self._linger is not None:
+            self._linger.cancel()
             self._linger = None
 
     def _parse(self, data: bytes) -> bool:
