@@ -1130,3 +1130,38 @@ async def test_the_session_is_used_once_the_server_took_initialized() -> None:
     async with serve(handler) as server, http_gateway(server.url) as c:
         listed = await c.call("tools/list")
     assert "result" in listed, listed
+
+
+async def test_a_defect_reading_an_event_stream_answer_fails_the_call_not_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An event-stream answer read in the connection's callbacks (issue #12):
+    a defect there answers the call with a gateway error and one log line,
+    as a task's would; nothing reaches the event loop, and the connection
+    serves the next call."""
+
+    async def hi(ask: Ask, args: dict[str, Any]) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": "hi"}]}
+
+    real = StreamReader.handle_event
+    calls = 0
+
+    def broken_once(self: StreamReader, *args: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a defect in the reader")
+        return real(self, *args)
+
+    with log_events() as logs:
+        async with serve(LegacyHttp(tools={"hi": hi})) as server, connection(server.url) as c:
+            await legacy_handshake(c)
+            monkeypatch.setattr(StreamReader, "handle_event", broken_once)
+            call = {"name": "hi", "arguments": {}}
+            failed = reply_of(await exchange(c, wire.request(5, "tools/call", call)))
+            again = reply_of(await exchange(c, wire.request(6, "tools/call", call)))
+    assert failed["error"]["code"] == wire.INTERNAL_ERROR
+    assert "a defect in the reader" in failed["error"]["message"]
+    assert again["result"]["content"][0]["text"] == "hi"
+    entry = next(e for e in logs.entries if e["event"] == "upstream http task failed")
+    assert entry["task"] == "_direct_call" and "a defect in the reader" in entry["error"]

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gateway import wire
 from gateway.backs.http_client import Response
-from gateway.backs.http_direct import DirectConnection, DirectPool
+from gateway.backs.http_direct import DirectConnection, DirectPool, EventSink
 from tests.test_http_back import connection, exchange, modern
 
 pytestmark = pytest.mark.anyio
@@ -323,6 +323,9 @@ class _Call:
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         raise AssertionError("an event stream is not answered whole")
 
+    def events(self, headers: dict[str, str]) -> EventSink | None:
+        return None  # read in a task, through the feed
+
     def streaming(self, response: Response, done: Callable[[], None]) -> None:
         self.streamed.append(response)
 
@@ -357,6 +360,9 @@ class _Whole:
 
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         self.answers.append((status, body))
+
+    def events(self, headers: dict[str, str]) -> EventSink | None:
+        raise AssertionError("a JSON answer is not an event stream")
 
     def streaming(self, response: Response, done: Callable[[], None]) -> None:
         raise AssertionError("a JSON answer is not streamed")
@@ -402,3 +408,108 @@ def test_any_split_of_any_framed_answer_is_read_once_and_whole(
                 connection.data_received(raw[start:end])
         assert call.answers == [(status, body)]
         assert pool.take() is connection
+
+
+@dataclass
+class _Sink:
+    """Takes an event stream's body; done (needs no more) after `enough` bytes."""
+
+    enough: int = 1 << 30
+    body: bytes = b""
+    ends: list[str | None] = field(default_factory=list)
+
+    def feed(self, chunk: bytes) -> bool:
+        assert not self.ends, "fed after its end"
+        self.body += chunk
+        return len(self.body) >= self.enough
+
+    def end(self, error: str | None) -> None:
+        self.ends.append(error)
+
+
+@dataclass
+class _Sinking:
+    sink: _Sink = field(default_factory=_Sink)
+
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+        raise AssertionError("an event stream is not answered whole")
+
+    def events(self, headers: dict[str, str]) -> EventSink | None:
+        return self.sink
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        raise AssertionError("a sink takes the stream here")
+
+    def failed(self, why: str) -> None:
+        raise AssertionError(why)
+
+    def retry(self) -> None:
+        raise AssertionError("no retry")
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.binary(min_size=1, max_size=300),
+    chunked=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_an_event_stream_read_in_the_callbacks_reaches_its_sink_whole_once(
+    body: bytes, chunked: bool, cuts: list[int]
+) -> None:
+    """An event-stream answer taken by a sink (no task, issue #12): however
+    its bytes arrive, the sink gets the body in order, then one end; the
+    connection then goes back to the pool for the next call."""
+    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
+    connection = DirectConnection(pool)
+    connection.connection_made(_Transport())
+    if chunked:
+        raw = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+        for i in range(0, len(body), 7):
+            piece = body[i : i + 7]
+            raw += b"%x\r\n%s\r\n" % (len(piece), piece)
+        raw += b"0\r\n\r\n"
+    else:
+        raw = SSE_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    for _ in range(2):
+        call = _Sinking()
+        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+        points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
+        for start, end in itertools.pairwise(points):
+            if end > start:
+                connection.data_received(raw[start:end])
+        assert call.sink.body == body and call.sink.ends == [None]
+        assert pool.take() is connection
+
+
+async def test_a_stream_that_goes_on_after_its_sink_is_done_is_closed_after_the_linger() -> None:
+    """The general path reads a stream on for 0.2 s after the reply, then
+    gives the connection up: so does the callback path (the timer is fired
+    here, not waited for). A stream that breaks before the sink is done is
+    its end, with the reason."""
+    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
+    connection = DirectConnection(pool)
+    transport = _Transport()
+    connection.connection_made(transport)
+    call = _Sinking(_Sink(enough=5))
+    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+    connection.data_received(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    assert call.sink.body == b"hello" and call.sink.ends == []
+    linger = connection._linger
+    assert linger is not None and not transport.closed
+    linger.cancel()
+    connection._linger_over()
+    assert transport.closed and pool.take() is None
+    connection.connection_lost(None)
+    assert call.sink.ends == []  # it was done: nothing more to say
+
+    broken = DirectConnection(pool)
+    broken.connection_made(_Transport())
+    cut = _Sinking()
+    broken.send(b"POST / HTTP/1.1\r\n\r\n", cut, 1.0)
+    broken.data_received(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+    broken.connection_lost(None)
+    assert cut.sink.body == b"abc"
+    assert cut.sink.ends == ["the upstream closed the connection mid-body"]

@@ -43,7 +43,7 @@ from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_sent_call import SentCall, known
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
-from gateway.backs.http_stream import HttpRefusal, StreamReader
+from gateway.backs.http_stream import AnswerEvents, HttpRefusal, StreamReader
 from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
@@ -441,6 +441,22 @@ class HttpServerConnection:
             self.deliver_for(msg)(refused.reply)
         if self._session.sse_endpoint is None:
             self._inflight.pop(msg_id, None)
+
+    def answer_events(self, call: SentCall, headers: dict[str, str]) -> AnswerEvents | None:
+        """A direct call's event-stream answer, read in the connection's
+        callbacks as HttpExchange.answer reads one in a task; None leaves it
+        to a task (the old HTTP+SSE transport)."""
+        session = self._session
+        if session.sse_endpoint is not None:
+            return None
+        msg = call.msg
+        session.take_session(msg, headers.get("mcp-session-id"))
+        return self._reader.answer_events(
+            msg["id"],
+            self.deliver_for(msg),
+            lambda refused: self.direct_settled(call, refused),
+            lambda first: self.continue_in_task(call, first),
+        )
 
     def continue_in_task(
         self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]

@@ -12,10 +12,11 @@ idle-socket `select`, h11's per-request objects and header checks.
 
 A connection handles one whole exchange itself when the answer is a complete
 body (a JSON reply, a refusal): `DirectCall.answered` gets it at once. A 2xx
-event stream goes on, from the head the callbacks parsed, in a task of the
-caller's (`DirectCall.streaming`), which reads the rest of the body as the
-general path's `Response`. Asyncio only, plain http only: anything else
-takes the general path.
+event stream goes, chunk by chunk, to the sink the caller gives for it
+(`DirectCall.events`), still in the callbacks; without one it goes on in a
+task of the caller's (`DirectCall.streaming`), which reads the rest of the
+body as the general path's `Response`. Asyncio only, plain http only:
+anything else takes the general path.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ _MAX_HEAD_BYTES = 64 * 1024
 # read (the general path reads only as its consumer asks).
 _FEED_HIGH = 1 << 20
 
-_HEAD, _BUFFER, _STREAM, _INFO, _OVER = range(5)
+# How long a stream may go on after the sink has what it needed before its
+# connection is closed instead of reused (the general path's bound too).
+_LINGER = 0.2
+
+_HEAD, _BUFFER, _STREAM, _INFO, _OVER, _EVENTS = range(6)
 
 
 class DirectCall(Protocol):
@@ -46,6 +51,10 @@ class DirectCall(Protocol):
 
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         """The whole answer; `body` None: `size` bytes, over the message size limit."""
+
+    def events(self, headers: dict[str, str]) -> EventSink | None:
+        """A 2xx event stream: the sink that takes its body here, in the
+        callbacks, or None to read it in a task (`streaming`)."""
 
     def streaming(self, response: Response, done: Callable[[], None]) -> None:
         """A 2xx event stream: its body arrives through `response`; `done`
@@ -57,6 +66,17 @@ class DirectCall(Protocol):
     def retry(self) -> None:
         """A reused connection closed before any answer: nothing of the
         request was taken, so it may be sent again on another one."""
+
+
+class EventSink(Protocol):
+    """An event stream's body, taken chunk by chunk outside the parser."""
+
+    def feed(self, chunk: bytes) -> bool:
+        """True once it needs no more of the stream (the rest is read only to
+        free the connection, and for `_LINGER` at most)."""
+
+    def end(self, error: str | None) -> None:
+        """The stream ended; `error`: it broke, and why."""
 
 
 class _Feed:
@@ -105,6 +125,13 @@ class _Feed:
         finally:
             self.close()
 
+    def drain(self) -> list[bytes]:
+        """What came so far, taken out (a sink reads on in the callbacks)."""
+        chunks = list(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        return chunks
+
     def close(self) -> None:
         """The reader is done. Left before the end, the answer's rest is
         unread, so the connection cannot serve another request."""
@@ -125,6 +152,7 @@ class DirectConnection(asyncio.Protocol):
         self.closed = False
         self._paused = False
         self._write_timer: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -139,6 +167,8 @@ class DirectConnection(asyncio.Protocol):
         self._keep_alive = False
         self._trailing = False  # bytes came after the answer: not ours to read
         self._feed: _Feed | None = None
+        self._sink: EventSink | None = None  # _EVENTS: what takes the stream's body
+        self._stop_linger()
 
     # -- what the pool and the caller do ------------------------------------------------
     def send(self, data: bytes, call: DirectCall, write_timeout: float) -> None:
@@ -157,6 +187,7 @@ class DirectConnection(asyncio.Protocol):
         read, so the connection is closed rather than reused."""
         if self._call is call:
             self._call = None
+            self._sink = None
             self.close()
 
     def close(self) -> None:
@@ -210,11 +241,19 @@ class DirectConnection(asyncio.Protocol):
             if self._head_bytes > _MAX_HEAD_BYTES:
                 self._broken(f"the answer's head is over {_MAX_HEAD_BYTES} bytes")
                 return
-        if self._mode == _STREAM:
-            if call is not None and self._feed is not None:
+        if self._mode == _STREAM and call is not None and self._feed is not None:
+            feed = self._feed
+            sink = call.events(self._headers)
+            if sink is not None:  # read here: what came with the head first
+                self._mode, self._sink, self._feed = _EVENTS, sink, None
+                self._chunks = feed.drain()
+                self.resume()  # a feed that filled up paused it; the sink never does
+            else:
                 self._call = None  # a task reads on through the feed
-                feed = self._feed
                 call.streaming(Response(self._status, self._headers, feed.chunks()), feed.close)
+        if self._mode == _EVENTS:
+            self._pump()
+        elif self._mode == _STREAM:
             if self._complete:
                 self._done()
         elif call is None:
@@ -225,6 +264,38 @@ class DirectConnection(asyncio.Protocol):
         elif self._complete and self._mode == _BUFFER:
             self._done()
             call.answered(self._status, self._headers, b"".join(self._chunks), self._size)
+
+    def _pump(self) -> None:
+        """Hand the sink what the parser took from the stream; once the stream
+        is whole the connection is free first (the sink may send the next
+        request), then the sink hears of the end."""
+        sink, chunks, self._chunks = self._sink, self._chunks, []
+        if sink is None:
+            return
+        complete = self._complete
+        if complete:
+            self._done()
+        done = False
+        for chunk in chunks:
+            done = sink.feed(chunk)
+        if complete:
+            sink.end(None)
+        elif done and self._linger is None:
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(_LINGER, self._linger_over)
+
+    def _linger_over(self) -> None:
+        """The sink had what it needed, and the stream goes on: the rest is not
+        read, so the connection is not reused."""
+        self._linger = None
+        if self._mode == _EVENTS and not self._complete:
+            self._sink = None
+            self.close()
+
+    def _stop_linger(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
 
     def _parse(self, data: bytes) -> bool:
         try:
@@ -242,8 +313,13 @@ class DirectConnection(asyncio.Protocol):
         self._pool.forget(self)
         if self._write_timer is not None:
             self._write_timer.cancel()
+        self._stop_linger()
         call, feed, self._call = self._call, self._feed, None
+        sink, self._sink = self._sink, None
         unframed = "content-length" not in self._headers and not self._chunked()
+        if sink is not None and not self._complete:
+            sink.end(None if unframed else "the upstream closed the connection mid-body")
+            return
         if feed is not None and not self._complete:
             # Without a length or chunks the body ends when the connection does.
             feed.end(None if unframed else "the upstream closed the connection mid-body")
@@ -264,10 +340,12 @@ class DirectConnection(asyncio.Protocol):
         return "chunked" in self._headers.get("transfer-encoding", "").lower()
 
     def _broken(self, why: str) -> None:
-        call, feed = self._call, self._feed
+        call, feed, sink = self._call, self._feed, self._sink
         self.abort()
-        self._feed = None
-        if call is not None:  # not handed over yet
+        self._feed = self._sink = None
+        if sink is not None:  # the sink answers the call (or already has)
+            sink.end(why)
+        elif call is not None:  # not handed over yet
             call.failed(why)
         elif feed is not None:
             feed.end(why)
@@ -276,6 +354,8 @@ class DirectConnection(asyncio.Protocol):
         """The answer is read: the connection serves the next request."""
         self._call = None
         self._feed = None
+        self._sink = None
+        self._stop_linger()
         self.resume()  # a feed that filled up paused it, and is now done with it
         if self._keep_alive and not self.closed and not self._trailing:
             self._pool.release(self)
@@ -315,6 +395,8 @@ class DirectConnection(asyncio.Protocol):
         if self._mode == _STREAM:
             assert self._feed is not None
             self._feed.put(body)
+        elif self._mode == _EVENTS:
+            self._chunks.append(body)  # to the sink after this read's parse
         elif self._mode == _BUFFER:
             self._size += len(body)
             if self._size > self._pool.max_bytes:

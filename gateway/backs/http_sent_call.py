@@ -13,7 +13,7 @@ import anyio
 from gateway import wire
 from gateway.backs import http_wire
 from gateway.backs.http_client import Response
-from gateway.backs.http_direct import DirectConnection
+from gateway.backs.http_direct import DirectConnection, EventSink
 from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_session import Deliver
 from gateway.backs.http_stream import HttpRefusal
@@ -23,6 +23,8 @@ class CallOwner(Protocol):
     """The connection a SentCall reports to (http_back.HttpServerConnection)."""
 
     exchange: HttpExchange
+
+    def answer_events(self, call: SentCall, headers: dict[str, str]) -> EventSink | None: ...
 
     @property
     def ended(self) -> str | None: ...
@@ -106,6 +108,22 @@ class SentCall:
         except Exception as exc:
             owner.direct_failed(self, exc)
 
+    def events(self, headers: dict[str, str]) -> EventSink | None:
+        if not self._live():
+            return None
+        guarded = _Guarded(self)
+        try:
+            sink = self._owner.answer_events(self, headers)
+        # As in answered: the call gets a gateway error, the stream is read
+        # to its end and dropped, and nothing reaches the event loop.
+        except Exception as exc:
+            guarded.fail(exc)
+            return guarded
+        if sink is None:
+            return None
+        guarded.sink = sink
+        return guarded
+
     def streaming(self, response: Response, done: Callable[[], None]) -> None:
         if not self._live():
             done()
@@ -136,3 +154,36 @@ class SentCall:
         if self._live():
             self.connection = None
             self._owner.dispatch(self)
+
+
+class _Guarded:
+    """A call's event sink as its connection's callbacks call it: a failure
+    in it answers the call as `answered` does, and never reaches the loop."""
+
+    __slots__ = ("_call", "_failed", "sink")
+
+    def __init__(self, call: SentCall) -> None:
+        self._call = call
+        self.sink: EventSink | None = None
+        self._failed = False
+
+    def feed(self, chunk: bytes) -> bool:
+        if self._failed or self.sink is None or not self._call._live():
+            return True
+        try:
+            return self.sink.feed(chunk)
+        except Exception as exc:
+            self.fail(exc)
+            return True
+
+    def end(self, error: str | None) -> None:
+        if self._failed or self.sink is None or not self._call._live():
+            return
+        try:
+            self.sink.end(error)
+        except Exception as exc:
+            self.fail(exc)
+
+    def fail(self, exc: Exception) -> None:
+        self._failed = True
+        self._call._owner.direct_failed(self._call, exc)

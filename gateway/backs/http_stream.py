@@ -145,6 +145,18 @@ class StreamReader:
             return HttpRefusal(http_wire.failure_reply(msg_id, why), None)
         return await self._resume(msg_id, cursor, deliver)
 
+    def answer_events(
+        self,
+        msg_id: wire.RequestId,
+        deliver: Deliver,
+        settled: Callable[[HttpRefusal | None], None],
+        resume: Callable[[Callable[[], Awaitable[HttpRefusal | None]]], None],
+    ) -> AnswerEvents:
+        """_read_answer_stream for a stream read in a connection's callbacks
+        (http_direct): what it came to goes to `settled`, or a resumption to
+        `resume` (to run in a task)."""
+        return AnswerEvents(self, msg_id, deliver, settled, resume)
+
     async def read_events(
         self,
         resp: Response,
@@ -346,3 +358,76 @@ class StreamReader:
 
 def _ignore(event: http_wire.SseEvent) -> None:
     return None
+
+
+class AnswerEvents:
+    """A 2xx event stream answering a request, fed chunk by chunk from the
+    callbacks of the connection that reads it: the same outcomes as
+    StreamReader._read_answer_stream, with no task unless the stream must be
+    resumed. After the reply the rest of the stream is not looked at."""
+
+    __slots__ = (
+        "_cursor",
+        "_deliver",
+        "_msg_id",
+        "_parser",
+        "_reader",
+        "_resume",
+        "_settled",
+        "got",
+    )
+
+    def __init__(
+        self,
+        reader: StreamReader,
+        msg_id: wire.RequestId,
+        deliver: Deliver,
+        settled: Callable[[HttpRefusal | None], None],
+        resume: Callable[[Callable[[], Awaitable[HttpRefusal | None]]], None],
+    ) -> None:
+        self._reader = reader
+        self._msg_id = msg_id
+        self._deliver = deliver
+        self._settled = settled
+        self._resume = resume
+        self._parser = SseParser(reader._max_bytes)
+        self._cursor = StreamCursor()
+        self.got = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Deliver the events `chunk` completes; True once the reply came."""
+        if not self.got:
+            self._take(self._parser.feed(chunk))
+        return self.got
+
+    def end(self, error: str | None) -> None:
+        """The stream ended (`error`: it broke, and why)."""
+        if self.got:
+            return
+        if error is None:
+            self._take(self._parser.close())
+            if self.got:
+                return
+        reader, cursor, msg_id = self._reader, self._cursor, self._msg_id
+        if cursor.last_id is None or reader._session.session_id is None:
+            why = error if error is not None else "stream ended without a reply"
+            self._settled(HttpRefusal(http_wire.failure_reply(msg_id, why), None))
+            return
+        if error is not None:
+            log.debug("upstream stream broke", id=msg_id, error=error)
+        deliver = self._deliver
+
+        async def resumed() -> HttpRefusal | None:
+            return await reader._resume(msg_id, cursor, deliver)
+
+        self._resume(resumed)
+
+    def _take(self, events: list[http_wire.SseEvent]) -> None:
+        # Every event of the chunk, as read_events delivers them, then the outcome.
+        got = False
+        for event in events:
+            self._cursor.saw(event)
+            got = self._reader.handle_event(event, self._deliver, self._msg_id) or got
+        if got:
+            self.got = True
+            self._settled(None)
