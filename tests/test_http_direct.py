@@ -316,24 +316,34 @@ class _Transport(asyncio.Transport):
         self.closed = True
 
 
-@dataclass
-class _Call:
-    streamed: list[Response] = field(default_factory=list)
+class _Refusing:
+    """A DirectCall for which every report is unexpected; each fake allows its own."""
 
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
-        raise AssertionError("an event stream is not answered whole")
+        raise AssertionError("not an answer read whole")
 
     def events(self, headers: dict[str, str]) -> EventSink | None:
-        return None  # read in a task, through the feed
+        raise AssertionError("not an event stream")
 
     def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        self.streamed.append(response)
+        raise AssertionError("not a stream read in a task")
 
     def failed(self, why: str) -> None:
         raise AssertionError(why)
 
     def retry(self) -> None:
         raise AssertionError("no retry")
+
+
+@dataclass
+class _Call(_Refusing):
+    streamed: list[Response] = field(default_factory=list)
+
+    def events(self, headers: dict[str, str]) -> EventSink | None:
+        return None  # read in a task, through the feed
+
+    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+        self.streamed.append(response)
 
 
 async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_reading() -> None:
@@ -355,23 +365,11 @@ async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_readi
 
 
 @dataclass
-class _Whole:
+class _Whole(_Refusing):
     answers: list[tuple[int, bytes | None]] = field(default_factory=list)
 
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         self.answers.append((status, body))
-
-    def events(self, headers: dict[str, str]) -> EventSink | None:
-        raise AssertionError("a JSON answer is not an event stream")
-
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        raise AssertionError("a JSON answer is not streamed")
-
-    def failed(self, why: str) -> None:
-        raise AssertionError(why)
-
-    def retry(self) -> None:
-        raise AssertionError("no retry")
 
 
 @settings(max_examples=200, deadline=None)
@@ -390,24 +388,32 @@ def test_any_split_of_any_framed_answer_is_read_once_and_whole(
     pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
     connection = DirectConnection(pool)
     connection.connection_made(_Transport())
-    head = b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n" % status
-    if chunked:
-        raw = head + b"Transfer-Encoding: chunked\r\n\r\n"
-        for i in range(0, len(body), 7):
-            piece = body[i : i + 7]
-            raw += b"%x\r\n%s\r\n" % (len(piece), piece)
-        raw += b"0\r\n\r\n"
-    else:
-        raw = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    raw = framed(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n" % status, body, chunked)
     for _ in range(2):  # the second answer on the connection the first left idle
         call = _Whole()
         connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
-        points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
-        for start, end in itertools.pairwise(points):
-            if end > start:
-                connection.data_received(raw[start:end])
+        feed_split(connection, raw, cuts)
         assert call.answers == [(status, body)]
         assert pool.take() is connection
+
+
+def framed(head: bytes, body: bytes, chunked: bool) -> bytes:
+    """An answer: `head`'s lines, then `body` with a Content-Length or in chunks."""
+    if not chunked:
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    raw = head + b"Transfer-Encoding: chunked\r\n\r\n"
+    for i in range(0, len(body), 7):
+        piece = body[i : i + 7]
+        raw += b"%x\r\n%s\r\n" % (len(piece), piece)
+    return raw + b"0\r\n\r\n"
+
+
+def feed_split(connection: DirectConnection, raw: bytes, cuts: list[int]) -> None:
+    """`raw` into the connection, cut at `cuts` (each taken modulo its length)."""
+    points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
+    for start, end in itertools.pairwise(points):
+        if end > start:
+            connection.data_received(raw[start:end])
 
 
 @dataclass
@@ -428,23 +434,11 @@ class _Sink:
 
 
 @dataclass
-class _Sinking:
+class _Sinking(_Refusing):
     sink: _Sink = field(default_factory=_Sink)
-
-    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
-        raise AssertionError("an event stream is not answered whole")
 
     def events(self, headers: dict[str, str]) -> EventSink | None:
         return self.sink
-
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        raise AssertionError("a sink takes the stream here")
-
-    def failed(self, why: str) -> None:
-        raise AssertionError(why)
-
-    def retry(self) -> None:
-        raise AssertionError("no retry")
 
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -465,21 +459,11 @@ def test_an_event_stream_read_in_the_callbacks_reaches_its_sink_whole_once(
     pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
     connection = DirectConnection(pool)
     connection.connection_made(_Transport())
-    if chunked:
-        raw = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
-        for i in range(0, len(body), 7):
-            piece = body[i : i + 7]
-            raw += b"%x\r\n%s\r\n" % (len(piece), piece)
-        raw += b"0\r\n\r\n"
-    else:
-        raw = SSE_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    raw = framed(SSE_HEAD, body, chunked)
     for _ in range(2):
         call = _Sinking()
         connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
-        points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
-        for start, end in itertools.pairwise(points):
-            if end > start:
-                connection.data_received(raw[start:end])
+        feed_split(connection, raw, cuts)
         assert call.sink.body == body and call.sink.ends == [None]
         assert pool.take() is connection
 
