@@ -4,7 +4,8 @@ Transport only: it frames, parses and writes messages and owns the process
 lifecycle (2026-07-28 stdio "Shutdown": close stdin, wait, SIGTERM, SIGKILL).
 It makes no protocol decisions. The pipes are non-blocking file descriptors
 (see gateway.pipes) and the exit is watched through a pidfd, so nothing here
-needs a thread.
+needs a thread. Where there is no pidfd (macOS, Linux before 5.3, a seccomp
+profile or sandbox that refuses pidfd_open), the exit is polled instead.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ STDERR_LOG_BYTES = 2000
 # the pipe to be read to its end after the exit (a child that inherited it may
 # hold it open).
 STDERR_QUOTED_LINES = 3
+# Without a pidfd, how often an exit being waited for is polled: from the
+# first interval, doubling up to the last (an exit is seen within that).
+EXIT_POLL_FIRST = 0.001
+EXIT_POLL_LAST = 0.05
 STDERR_SETTLE_SECONDS = 0.5
 
 
@@ -137,6 +142,23 @@ class ServerOutput:
         return out
 
 
+# Why pidfd_open failed, each reason said once in the log (not once a spawn).
+_no_pidfd_said: set[str] = set()
+
+
+def _open_pidfd(pid: int) -> int:
+    """A pidfd for the exit to wait on, or -1 where the system gives none
+    (exits are then polled)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not on this system"
+        if why not in _no_pidfd_said:
+            _no_pidfd_said.add(why)
+            log.info("no pidfd_open; upstream exits are polled", reason=why)
+        return -1
+
+
 class StdioServerProcess:
     def __init__(
         self, popen: subprocess.Popen[bytes], command: Sequence[str], max_bytes: int
@@ -148,7 +170,7 @@ class StdioServerProcess:
         self._stdin = PipeWriter(popen.stdin.fileno())
         self._stdout = PipeReader(popen.stdout.fileno())
         self._stderr = PipeReader(popen.stderr.fileno())
-        self._pidfd = os.pidfd_open(popen.pid)
+        self._pidfd = _open_pidfd(popen.pid)
         self._exit_lock = anyio.Lock(fast_acquire=True)
         self._output = ServerOutput(max_bytes, self._reply_quietly, label=f"pid {self.pid}")
         self._ready: deque[wire.Message] = deque()
@@ -299,8 +321,13 @@ class StdioServerProcess:
     async def _wait_exit(self, timeout: float) -> int | None:
         async with self._exit_lock:
             with anyio.move_on_after(timeout):
+                delay = EXIT_POLL_FIRST
                 while self._popen.poll() is None:  # each pass waits on the pidfd
-                    await anyio.wait_readable(self._pidfd)
+                    if self._pidfd >= 0:
+                        await anyio.wait_readable(self._pidfd)
+                    else:
+                        await anyio.sleep(delay)
+                        delay = min(delay * 2, EXIT_POLL_LAST)
         return self._popen.returncode
 
     async def aclose(self, grace: float = 5.0) -> int | None:
@@ -321,8 +348,9 @@ class StdioServerProcess:
             ):
                 reader.release()
                 self._close_fd(pipe)
-            with contextlib.suppress(OSError):
-                os.close(self._pidfd)
+            if self._pidfd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._pidfd)
                 self._pidfd = -1
         log.info("upstream stopped", pid=self.pid, returncode=self._popen.returncode)
         return self._popen.returncode
