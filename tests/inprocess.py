@@ -109,7 +109,7 @@ class Exchange:
             "raw_path": b"/mcp",
             "query_string": b"",
             "headers": [
-                (k.encode("latin-1"), v.encode("latin-1"))
+                (k.lower().encode("latin-1"), v.encode("latin-1"))
                 for k, v in {"host": "127.0.0.1", **headers}.items()
             ],
             "client": ("127.0.0.1", 50000),

@@ -462,3 +462,16 @@ def test_the_tool_cache_learns_listed_tools_and_leaves_invalid_ones_out() -> Non
     broken = {"name": "query", "inputSchema": {"properties": {"r": {"x-mcp-header": ""}}}}
     kept, _ = cache.take([broken])
     assert kept == [] and cache.params("query") is None
+
+
+@settings(deadline=None)
+@given(st.text())
+def test_a_raw_value_is_taken_exactly_when_it_is_visible_ascii_or_tab(raw: str) -> None:
+    """Per "Server Behavior", a value that is not a sentinel is taken as it is
+    (less surrounding spaces and tabs) when every character is visible ASCII
+    or a tab, and is invalid otherwise."""
+    value = raw.strip(" \t")
+    if value.startswith(hb.SENTINEL_PREFIX) and value.endswith(hb.SENTINEL_SUFFIX):
+        return
+    visible = all(c == "\t" or " " <= c <= "~" for c in value)
+    assert hb.decode_value(raw) == (value if visible else None)

@@ -103,7 +103,8 @@ def decode_value(raw: str) -> str | None:
             return base64.b64decode(body, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError):
             return None
-    if not all(c == "\t" or 0x20 <= ord(c) <= 0x7E for c in raw):
+    # Visible ASCII and tab only: ASCII is printable exactly from 0x20 to 0x7E.
+    if not (raw.isascii() and (raw.isprintable() or raw.replace("\t", " ").isprintable())):
         return None
     return raw
 

@@ -89,7 +89,8 @@ def sse_event(msg: wire.Message) -> bytes:
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    # ASGI header names are lower-case (the server lowers them).
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
 
 
 def all_values(scope: Scope, name: bytes) -> list[str]:
