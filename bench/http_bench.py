@@ -116,6 +116,7 @@ async def start(
     ready: str | None,
     log: IO[bytes],
     first_signal: signal.Signals = signal.SIGTERM,
+    ready_timeout: float = READY_TIMEOUT,
 ) -> Service:
     command = [
         a.replace("{port}", str(port)).replace("{upstream}", str(upstream)) for a in template
@@ -130,13 +131,13 @@ async def start(
     )
     service = Service(name, proc, port, first_signal)
     LIVE.add(service)
-    deadline = time.monotonic() + READY_TIMEOUT
+    deadline = time.monotonic() + ready_timeout
     # ready None: the server has no health route; any answer to GET /mcp will do.
     while not _is_ready(await _status(port, ready or "/mcp"), ready):  # bounded
         if proc.returncode is not None:
             raise BenchError(f"{name}: exited with code {proc.returncode} before it was ready")
         if time.monotonic() > deadline:
-            raise BenchError(f"{name}: {ready or '/mcp'} not ready within {READY_TIMEOUT:g}s")
+            raise BenchError(f"{name}: {ready or '/mcp'} not ready within {ready_timeout:g}s")
         await asyncio.sleep(0.05)
     return service
 
