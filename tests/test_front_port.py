@@ -32,6 +32,7 @@ SNAPSHOT = GatewaySnapshot(
     rounds_to_legacy_client=7,
     upstream_restarts=1,
     upstream_ready=True,
+    log_lines_dropped=6,
 )
 
 
@@ -109,6 +110,7 @@ def test_metrics_render_the_snapshot() -> None:
         'mcp_gateway_mrtr_rounds_total{direction="to_legacy_client"} 7',
         "mcp_gateway_upstream_restarts_total 1",
         "mcp_gateway_upstream_ready 1",
+        "mcp_gateway_log_lines_dropped_total 6",
     ]:
         assert line in text.splitlines()
 

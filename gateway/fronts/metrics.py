@@ -154,5 +154,9 @@ class Metrics:
             "# HELP mcp_gateway_upstream_ready Whether the upstream's era is settled.",
             "# TYPE mcp_gateway_upstream_ready gauge",
             f"mcp_gateway_upstream_ready {1 if gateway.upstream_ready else 0}",
+            "# HELP mcp_gateway_log_lines_dropped_total Log lines stderr could not take"
+            " (its reader gone, a full disk).",
+            "# TYPE mcp_gateway_log_lines_dropped_total counter",
+            f"mcp_gateway_log_lines_dropped_total {gateway.log_lines_dropped}",
         ]
         return "\n".join(lines) + "\n"

@@ -49,6 +49,8 @@ class GatewaySnapshot:
     upstream_ready: bool
     # A modern server's tasks polled to answer legacy clients' calls.
     tasks_polled_for_legacy_clients: int = 0
+    # Log lines stderr could not take (its reader gone, a full disk).
+    log_lines_dropped: int = 0
 
 
 class GatewayPort(Protocol):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
-from gateway import era, inbound, wire
+from gateway import era, inbound, log_setup, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import routing
@@ -286,6 +286,7 @@ class GatewayService:
             tasks_polled_for_legacy_clients=self.legacy_input.tasks_polled,
             upstream_restarts=pool.restarts,
             upstream_ready=pool.up and pool.profile is not None,
+            log_lines_dropped=log_setup.SINK.dropped,
         )
 
 
