@@ -148,11 +148,8 @@ def meta_of(msg: wire.Message) -> dict[str, Any] | None:
 
 def is_modern(msg: wire.Message) -> bool:
     """DESIGN §4: a request is modern iff its `_meta` names a protocol version."""
-    params = msg.get("params")  # meta_of, inline: this runs several times a request
-    if not isinstance(params, dict):
-        return False
-    meta = params.get("_meta")
-    return isinstance(meta, dict) and PROTOCOL_VERSION in meta
+    meta = meta_of(msg)
+    return meta is not None and PROTOCOL_VERSION in meta
 
 
 def check_modern_meta(
