@@ -24,7 +24,8 @@ def configure(level: str = "info", fmt: str = "console") -> None:
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        colors = sys.stderr is not None and sys.stderr.isatty()
+        renderer = structlog.dev.ConsoleRenderer(colors=colors)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -68,6 +68,18 @@ def test_logging_to_a_broken_stderr_does_not_raise(monkeypatch: pytest.MonkeyPat
     assert log_setup.SINK.dropped == 1
 
 
+def test_with_no_stderr_at_all_lines_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pythonw, or a process started with fd 2 closed: sys.stderr is None."""
+    monkeypatch.setattr(log_setup, "SINK", LogSink())
+    monkeypatch.setattr(sys, "stderr", None)
+    try:
+        log_setup.configure("info", "console")
+        structlog.get_logger("gateway.test").warning("nobody reads this")
+    finally:
+        structlog.reset_defaults()
+    assert log_setup.SINK.dropped == 1
+
+
 @pytest.fixture
 def logging_gateway(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """A gateway process whose stderr is a pipe this test holds the reading end of."""
