@@ -36,22 +36,37 @@ def test_version_prints_the_version_and_exits_0() -> None:
 
 
 def test_the_version_is_the_installed_distributions() -> None:
-    assert build_info.version(lambda name: {"mcp-era-gateway": "9.9.9"}[name]) == "9.9.9"
+    """What the gateway reports is what pip installed: the package's
+    metadata is built from the same constant."""
+    assert build_info.version() == metadata.version(build_info.DISTRIBUTION)
+    assert build_info.version() == gateway.__version__
 
 
-def test_without_an_installed_distribution_the_constant_answers() -> None:
-    """A checkout run without installing has no distribution metadata."""
+def test_the_project_takes_its_version_from_the_constant() -> None:
+    """One place for the version: a release that edits only pyproject.toml
+    cannot report another."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
+    dynamic = pyproject["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "gateway.__version__"}
 
-    def not_installed(name: str) -> str:
-        raise metadata.PackageNotFoundError(name)
 
-    assert build_info.version(not_installed) == gateway.__version__
-
-
-def test_the_constant_is_the_projects_version() -> None:
-    """The fallback must not drift from the version the package is built with."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert gateway.__version__ == project["version"]
+def test_a_gateway_in_front_of_a_command_loads_no_module_it_does_not_use() -> None:
+    """Memory (issue #12: peak RSS): reading the version must not cost every
+    gateway the modules importlib.metadata brings (email, csv, zipfile), nor
+    a stdio upstream the HTTP back's (h11), nor every start the modules of a
+    rare numeric header check (decimal) or of a typo's hint (difflib)."""
+    code = (
+        "import sys; import gateway.cli, gateway.runtime.http_app, gateway.runtime.stdio_app; "
+        "from gateway import build_info; build_info.version(); "
+        "print(sorted(m for m in ('importlib.metadata', 'decimal', 'difflib', 'h11') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"
 
 
 def test_python_version_is_the_running_one() -> None:

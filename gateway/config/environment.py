@@ -15,7 +15,6 @@ must not pass silently."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -70,6 +69,8 @@ def from_environ(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
 
 
 def _unknown(var: str) -> str:
+    import difflib  # for this message only: not carried by every running gateway
+
     near = difflib.get_close_matches(var, VARIABLES, n=1)
     hint = f" (did you mean {near[0]}?)" if near else ""
     return f"unknown environment variable {var}: no setting has that name{hint}"

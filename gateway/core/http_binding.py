@@ -12,7 +12,6 @@ import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gateway import era, wire
@@ -130,6 +129,10 @@ def _same(header: str, body: Any) -> bool:
         # "Server Validation": compare numbers numerically (42.0 == 42), and
         # exactly: through a float, integers past 2**53 that differ compare
         # equal, and the header an intermediary read would not be the body's.
+        # decimal only here: most gateways never see a numeric Mcp-Param
+        # header, and would carry the module in memory for nothing.
+        from decimal import Decimal, InvalidOperation
+
         try:
             return Decimal(header) == body
         except InvalidOperation:

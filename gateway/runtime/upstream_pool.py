@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 from anyio.abc import TaskGroup
 
 from gateway import era, wire
-from gateway.backs.http_connector import HttpConnector
 from gateway.config import Config
 from gateway.core import session_choice
 from gateway.core.credentials import CredentialStore
@@ -43,6 +42,9 @@ from gateway.upstream_errors import (
     UpstreamUnavailable,
 )
 
+if TYPE_CHECKING:
+    from gateway.backs.http_connector import HttpConnector
+
 # Imported from here by the service; at home in the core and the supervisor.
 
 log = structlog.get_logger("gateway.pool")
@@ -62,7 +64,7 @@ class UpstreamPool:
         self.config = config
         # An upstream URL means the Streamable HTTP back: its connections share
         # one pooled HTTP client, closed with the pool.
-        self._http = HttpConnector.from_config(config) if config.upstream_url else None
+        self._http = _http_connector(config) if config.upstream_url else None
         self._connect = connect or self._default_connector()
         self._forward = config.http_forward_authorization and self._http is not None
         self._credentials = CredentialStore()
@@ -407,3 +409,11 @@ class UpstreamPool:
             await self._settler.discover(session, era.NEWEST_MODERN)
         assert self.profile is not None
         return self.profile
+
+
+def _http_connector(config: Config) -> HttpConnector:
+    """The HTTP back, imported only for an HTTP upstream: a gateway in front
+    of a command does not carry its modules (and h11) in memory."""
+    from gateway.backs.http_connector import HttpConnector
+
+    return HttpConnector.from_config(config)

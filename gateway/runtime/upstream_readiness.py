@@ -5,11 +5,11 @@ outage is never a verdict; a refused credential is not an outage."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
-from gateway.backs.http_connector import HttpConnector
 from gateway.config import Config
 from gateway.core import backoff
 from gateway.core.credentials import CredentialStore
@@ -22,6 +22,9 @@ from gateway.upstream_errors import (
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
+
+if TYPE_CHECKING:
+    from gateway.backs.http_connector import HttpConnector
 
 log = structlog.get_logger("gateway.pool")
 
