@@ -62,12 +62,15 @@ class Settlement:
 
     def path_for(self, legacy_client: bool) -> str:
         """The era path a client's calls take, e.g. "legacy->legacy(dual)"."""
+        # Every answered call asks (a label of its metrics): plain attribute
+        # reads, not era_name's and the enum's properties.
         client = "legacy" if legacy_client else "modern"
         profile = self.profile_for(legacy_client)
         if profile is None:
             return f"{client}->upstream"
-        served = profile.era.value + ("(dual)" if self.era_name == "dual" else "")
-        return f"{client}->{served}"
+        if self.legacy_side is None and self.stateless_legacy_side is None:
+            return f"{client}->{profile.era}"
+        return f"{client}->{profile.era}(dual)"
 
     def describe(self) -> dict[str, Any]:
         """The `probe` command's and /readyz's view of the upstream."""
