@@ -73,11 +73,14 @@ class PipeReader:
             pass
         except OSError as exc:
             return self._took(self._read_error(exc))
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # another anyio backend: its own readiness wait
-            return await self._read_portably()
-        if self._loop is None:
+        loop = self._loop
+        if loop is None:
+            # Asked only when the fd is not watched yet: on CPython 3.11
+            # get_running_loop() is a getpid() system call each time.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # another anyio backend: its own readiness wait
+                return await self._read_portably()
             loop.add_reader(self.fd, self._on_readable)
             self._loop = loop
         waiter: asyncio.Future[bytes] = loop.create_future()
