@@ -1,9 +1,11 @@
 """A stdio server's stderr is read in batches (issue #12, "the servers people
 really run"): the MCP Python SDK's servers log a line per request at info,
-and reading each line as it came cost the gateway a wake-up per request,
-a third of the HTTP front's throughput at one call at a time in front of
-mcp 1.30 FastMCP. No line may be lost or held back at the end for it, and a
-server that writes fast must never be held up on a full pipe."""
+and reading each line as it came cost the gateway a wake-up per request (in
+front of mcp 1.30 FastMCP at one call at a time: 4.5 more system calls and
+8 % more instructions a call). No line may be lost or held back at the end
+for it, and a server that writes fast must never be held up on a full pipe.
+When the pump pauses is driven here with a scripted reader and a recorded
+pause; the real process only shows that nothing is lost."""
 
 from __future__ import annotations
 
@@ -77,13 +79,10 @@ async def test_a_last_line_without_its_newline_is_not_lost() -> None:
 
 
 async def test_a_real_server_s_lines_all_reach_the_log_and_the_tail_in_order() -> None:
-    """Lines written one at a time, faster than the pause: every one is
-    logged, in order, and the last ones are its last words once it is gone."""
-    code = (
-        "import sys, time\n"
-        "for i in range(40):\n"
-        "    print('line', i, file=sys.stderr, flush=True); time.sleep(0.002)\n"
-    )
+    """Lines written one at a time (a flush each), however they are read:
+    every one is logged, in order, and the last ones are its last words once
+    it is gone."""
+    code = "import sys\nfor i in range(40):\n    print('line', i, file=sys.stderr, flush=True)\n"
     lines = [f"line {i}" for i in range(40)]
     with capture_logs() as logs:
         proc = await StdioServerProcess.spawn([sys.executable, "-c", code], max_bytes=1 << 20)
