@@ -461,7 +461,8 @@ def check_http_response(resp: Any) -> None:
     elif ctype == "text/event-stream":
         for block in resp.text.split("\n\n"):
             for line in block.split("\n"):
-                if line.startswith("data: "):
+                # An empty data field is 2025-11-25's priming event, no message.
+                if line.startswith("data: ") and line[6:]:
                     wire.validate(orjson.loads(line[6:]))
 
 
