@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -20,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import era, wire
+from gateway.backs.http_client import HttpClient
 from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
 from tests.servers.scripted_http import (
@@ -102,6 +104,25 @@ async def answers(req: HttpRequest, server: HttpServer) -> Reply:
     )
 
 
+@pytest.fixture(params=["direct", "general"])
+def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The HTTP back's two ways of carrying a call, both under these answers:
+    the direct one (http_direct, parsed in the loop's callbacks), which every
+    plain-http upstream takes, and the general one (http_client over h11, in
+    a task), which every https upstream takes and plain http reaches here
+    only with the direct one switched off."""
+    asked: list[str] = []
+    if request.param == "general":
+
+        def no_direct_pool(self: HttpClient, url: str, max_bytes: int) -> None:
+            asked.append(url)
+
+        monkeypatch.setattr(HttpClient, "direct_pool", no_direct_pool)
+    yield str(request.param)
+    # Calls did go through the back's choice of path, and took the general one.
+    assert asked or request.param == "direct"
+
+
 @pytest.mark.parametrize(
     ("name", "reason", "words"),
     [
@@ -115,7 +136,7 @@ async def answers(req: HttpRequest, server: HttpServer) -> Reply:
     ],
 )
 async def test_a_broken_answer_fails_its_request_and_the_connection_goes_on(
-    name: str, reason: str | None, words: str
+    name: str, reason: str | None, words: str, call_path: str
 ) -> None:
     """2026-07-28 Streamable HTTP "Sending Messages": the answer to a POSTed
     request is one JSON object (application/json) or an SSE stream that
@@ -131,7 +152,7 @@ async def test_a_broken_answer_fails_its_request_and_the_connection_goes_on(
     assert after["result"]["content"] == []
 
 
-async def test_sse_junk_is_skipped_and_the_reply_still_arrives() -> None:
+async def test_sse_junk_is_skipped_and_the_reply_still_arrives(call_path: str) -> None:
     """Events that are not JSON or not JSON-RPC messages are skipped, with one
     log line however many come; the reply after them reaches its caller."""
     with structlog.testing.capture_logs() as logs:
@@ -143,7 +164,7 @@ async def test_sse_junk_is_skipped_and_the_reply_still_arrives() -> None:
     assert not [e for e in logs if e.get("exc_info")]
 
 
-async def test_tools_that_are_not_a_list_pass_through_untouched() -> None:
+async def test_tools_that_are_not_a_list_pass_through_untouched(call_path: str) -> None:
     """The HTTP back reads tools/list results for x-mcp-header annotations; a
     `tools` of the wrong type is not its to fix: the result passes as it came."""
     async with serve(answers) as server, connection(server.url) as c:
@@ -151,7 +172,7 @@ async def test_tools_that_are_not_a_list_pass_through_untouched() -> None:
     assert reply["result"]["tools"] == "not a list"
 
 
-async def test_deeply_nested_tool_schema_fails_the_listing_not_the_gateway() -> None:
+async def test_deeply_nested_tool_schema_fails_the_listing_not_the_gateway(call_path: str) -> None:
     """Reading annotations walks the inputSchema recursively: a schema nested
     past the limit is refused before that walk (the call fails with a clear
     error), one within it is walked and listed."""
@@ -176,7 +197,7 @@ async def test_deeply_nested_tool_schema_fails_the_listing_not_the_gateway() -> 
     assert refused["error"]["data"]["reason"] == "upstream-malformed"
 
 
-async def test_connection_reset_mid_stream_fails_the_request() -> None:
+async def test_connection_reset_mid_stream_fails_the_request(call_path: str) -> None:
     """A server that drops the connection in the middle of an SSE answer:
     the request fails at once with an upstream error under its id."""
 
@@ -207,7 +228,7 @@ async def test_connection_reset_mid_stream_fails_the_request() -> None:
     assert reply["error"]["data"]["source"] == "mcp-era-gateway"
 
 
-async def test_reply_with_a_float_id_is_not_taken_for_the_call() -> None:
+async def test_reply_with_a_float_id_is_not_taken_for_the_call(call_path: str) -> None:
     """JSON-RPC ids are strings or integers. On main a reply with `"id": 7.0`
     on call 7's stream passed for its reply (7.0 == 7), ended the stream's
     reading, and the real reply after it was never read."""
@@ -228,7 +249,9 @@ async def test_reply_with_a_float_id_is_not_taken_for_the_call() -> None:
     assert reply["result"]["content"] == "real"
 
 
-async def test_bad_server_request_over_http_is_answered_by_post_and_get_junk_skipped() -> None:
+async def test_bad_server_request_over_http_is_answered_by_post_and_get_junk_skipped(
+    call_path: str,
+) -> None:
     """The same treatment over a legacy HTTP session: an elicitation/create
     without `message` on the call's stream is answered -32602 (POSTed back);
     junk on the GET stream is skipped; the call completes."""
