@@ -1,28 +1,36 @@
-"""The front's direct path answers exactly as its ASGI path does, whatever
-the client sends (issue #12: "No change to behaviour").
+"""The gateway's two fast paths answer exactly as the ways they shortcut do,
+whatever the client sends (issue #12: "No change to behaviour").
 
-A POST /mcp whose body is in reaches fronts/direct_posts.py first, in the
-front's own server, and is answered there when it is the plain case; every
-other request is declined and answered by the ASGI app. tests/test_fuzz_fronts.py
-fuzzes the front as an ASGI app only, so these checks decide alone which
-hostile request skips the app's own checks. Here two gateways, on the same
-scripted upstream, get the same hostile sequence: one through the ASGI app
-(as there), one as raw HTTP bytes through the server a deployed gateway runs
-(fronts/limited_protocol.py with the direct path on, over an in-memory
-transport). Every answer must be the same: status, headers, JSON-RPC body
+- The front's direct path: a POST /mcp whose body is in reaches
+  fronts/direct_posts.py first, in the front's own server, and is answered
+  there when it is the plain case; every other request is declined and
+  answered by the ASGI app. tests/test_fuzz_fronts.py fuzzes the front as an
+  ASGI app only, so those checks decide alone which hostile request skips
+  the app's own.
+- The runtime's: a request with nothing to wait for goes upstream at once,
+  without a task (ClientCalls._send_now); every other one runs in a task
+  (ClientCalls._run), which must come to the same answer.
+
+Two gateways, on the same scripted upstream, get the same hostile sequence:
+one through the ASGI app, the other through the server a deployed gateway
+runs (fronts/limited_protocol.py with the direct path on, raw HTTP/1.1 over
+an in-memory transport), or through the ASGI app with the runtime's fast
+path off. Every answer must be the same: status, headers, JSON-RPC body
 (session ids and request states, random by design, named by order of
-appearance). The direct path's answers also keep that fuzz's invariants (no
-5xx but a JSON 503, a JSON-RPC error body on every refusal).
+appearance), and keep tests/test_fuzz_fronts.py's invariants (no 5xx but a
+JSON 503, a JSON-RPC error body on every refusal).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import httptools
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from uvicorn.config import Config as UvicornConfig
@@ -102,8 +110,6 @@ class ServedFront:
         limits = http_limits.HttpLimits(max_header_bytes=1 << 20)
         guard = http_limits.ConnectionGuard(limits, http_limits.RefusalLog(), lambda status: None)
         self._protocol = http_limits.protocol_class(guard, front.direct)
-        self.direct_taken = 0
-        self._front = front
         self._connect()
 
     def _connect(self) -> None:
@@ -117,9 +123,7 @@ class ServedFront:
         if self.transport.closed:
             self._connect()
         head = f"{verb} /mcp HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
-        taken = len(self._front.direct.live)
         self.proto.data_received(head.encode("latin-1") + b"\r\n" + body)
-        self.direct_taken += len(self._front.direct.live) > taken
         with anyio.fail_after(5):
             while not self._responses.done:  # ends at the whole answer (or the bound)
                 written = self.transport.written[self._read :]
@@ -215,37 +219,78 @@ def _session(answer: Answer, current: str) -> str:
     return str(answer.headers.get("mcp-session-id", current))
 
 
-async def run_both(posts: list[Post], upstream: str, tokens: bool = False) -> int:
-    """The sequence through both gateways; how many the direct path took.
-    `tokens`: bearer tokens configured (two principals)."""
+async def run_both(
+    posts: list[Post], upstream: str, tokens: bool = False, second: str = "server"
+) -> int:
+    """The sequence through both gateways; how many requests the fast path
+    under test took. `tokens`: bearer tokens configured (two principals).
+    `second`: how the second gateway is reached: "server" (its own server,
+    direct path on) or "no-fast-path" (the ASGI app, every call in a task)."""
     settings: dict[str, Any] = {"request_timeout": 2, "state_key": "k" * 32}
     if tokens:
         settings["http_tokens"] = {"alice": "alice-token", "bob": "bob-token"}
     async with (
-        http_gateway(upstream_of(upstream), **settings) as by_app,
-        http_gateway(upstream_of(upstream), **settings) as by_server,
+        http_gateway(upstream_of(upstream), **settings) as first,
+        http_gateway(upstream_of(upstream), **settings) as other,
     ):
-        served = ServedFront(by_server.front)
-        app_names, server_names = Names(), Names()
-        app_session = server_session = "none-yet"
+        fast = Counted(first if second == "no-fast-path" else other, second)
+        if second == "server":
+            served = ServedFront(other.front)
+            by_other: Callable[[str, bytes, Headers], Awaitable[Answer]] = served.exchange
+        else:
+            other.service.calls._send_now = _never  # type: ignore[method-assign]
+
+            async def by_other(verb: str, body: bytes, fields: Headers) -> Answer:
+                return await asgi_exchange(other, verb, body, fields)
+
+        first_names, other_names = Names(), Names()
+        first_session = other_session = "none-yet"
         for verb, drawn_body, drawn in posts:
             body = drawn_body if verb == "POST" else b""  # no length, no body
             fields = wire_headers(verb, body, drawn)
-            by_app_answer = await asgi_exchange(
-                by_app, verb, body, _with_session(fields, app_session)
+            by_first = await asgi_exchange(first, verb, body, _with_session(fields, first_session))
+            answer = await by_other(verb, body, _with_session(fields, other_session))
+            check_http_response(answer)
+            first_session = _session(by_first, first_session)
+            other_session = _session(answer, other_session)
+            assert comparable(answer, other_names) == comparable(by_first, first_names), (
+                verb,
+                body[:300],
+                fields,
             )
-            by_server_answer = await served.exchange(
-                verb, body, _with_session(fields, server_session)
-            )
-            check_http_response(by_server_answer)
-            app_session = _session(by_app_answer, app_session)
-            server_session = _session(by_server_answer, server_session)
-            assert comparable(by_server_answer, server_names) == comparable(
-                by_app_answer, app_names
-            ), (verb, body[:300], fields)
-        await _idle(by_app)
-        await _idle(by_server)
-        return served.direct_taken
+        await _idle(first)
+        await _idle(other)
+        return fast.taken
+
+
+class Counted:
+    """How many requests a gateway's fast path under test takes: the front's
+    direct path ("server"), or the runtime's."""
+
+    def __init__(self, g: HttpGateway, which: str) -> None:
+        self.taken = 0
+        if which == "server":
+            take = g.front.direct.take
+
+            def counted_take(scope: Any, body: bytes, answer: Any) -> bool:
+                taken = take(scope, body, answer)
+                self.taken += taken
+                return taken
+
+            g.front.direct.take = counted_take  # type: ignore[method-assign]
+        else:
+            send_now = g.service.calls._send_now
+
+            def counted_send_now(link: Any, msg: Any, traced: Any) -> bool:
+                sent = send_now(link, msg, traced)
+                self.taken += sent
+                return sent
+
+            g.service.calls._send_now = counted_send_now  # type: ignore[method-assign]
+
+
+def _never(link: Any, msg: Any, traced: Any) -> bool:
+    return False
 
 
 def _with_session(fields: Headers, session: str) -> Headers:
@@ -400,16 +445,29 @@ POSTS = st.one_of(hostile(), near_plain(), near_plain(), PLAIN, st.just(INITIALI
 def test_the_direct_path_answers_any_sequence_as_the_asgi_app_does(
     posts: list[Post], upstream: str, tokens: bool
 ) -> None:
-    anyio.run(run_both, posts, upstream, tokens)
+    anyio.run(run_both, posts, upstream, tokens, "server")
 
 
-def test_the_comparison_sees_the_direct_path_at_work() -> None:
-    """The fuzz above compares something: plain calls on the served front go
-    the direct way (modern ones, and a legacy session's), and the two
-    gateways' answers to them are the same."""
+@FUZZ
+@given(
+    posts=st.lists(POSTS, min_size=1, max_size=8),
+    upstream=st.sampled_from(["legacy", "modern"]),
+    tokens=st.booleans(),
+)
+def test_the_runtime_fast_path_answers_any_sequence_as_its_tasks_do(
+    posts: list[Post], upstream: str, tokens: bool
+) -> None:
+    anyio.run(run_both, posts, upstream, tokens, "no-fast-path")
+
+
+@pytest.mark.parametrize("second", ["server", "no-fast-path"])
+def test_the_comparison_sees_the_fast_path_at_work(second: str) -> None:
+    """The fuzz above compares something: plain calls take the fast path
+    under test (modern ones, and a legacy session's), and the two gateways'
+    answers to them are the same."""
     modern = [_plain_call(n) for n in range(1, 4)]
     msg, headers = _plain("tools/call", 5, modern=False)
     legacy = [INITIALIZE, ("POST", orjson.dumps(msg), headers)]
     for upstream in ("legacy", "modern"):
-        assert anyio.run(run_both, modern, upstream) == 3
-        assert anyio.run(run_both, legacy, upstream) == 1
+        assert anyio.run(run_both, modern, upstream, False, second) == 3
+        assert anyio.run(run_both, legacy, upstream, False, second) >= 1
