@@ -42,6 +42,7 @@ from tests.test_http_back import (
     modern,
     reply_of,
 )
+from tests.test_http_direct import json_answer, raw_server, reply_to
 
 pytestmark = pytest.mark.anyio
 
@@ -150,6 +151,26 @@ async def test_a_broken_answer_fails_its_request_and_the_connection_goes_on(
     if reason is not None:
         assert error["data"] == {"source": "mcp-era-gateway", "reason": reason}
     assert after["result"]["content"] == []
+
+
+async def test_an_answer_head_that_never_ends_fails_its_call(call_path: str) -> None:
+    """Issue #12's "limits as today": an answer's head is bounded at 64 KiB
+    on both paths (h11's bound on the general one; the direct one counts,
+    as httptools buffers a header without end), in the same words: the call
+    fails, the next one goes through."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        if n == 1:
+            return [b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * (1 << 17)], False
+        return [json_answer(msg)], False
+
+    async with raw_server(script) as server, connection(server.url) as c:
+        seen = await exchange(c, modern(1, "tools/call", name="echo"))
+        error = reply_to(seen, 1)["error"]
+        assert error["data"]["reason"] == "upstream-unreachable"
+        assert error["message"].endswith("the answer's head is over 65536 bytes"), error
+        seen = await exchange(c, modern(2, "tools/call", name="echo"))
+        assert reply_to(seen, 2)["result"] == {"echo": 2}
 
 
 async def test_sse_junk_is_skipped_and_the_reply_still_arrives(call_path: str) -> None:

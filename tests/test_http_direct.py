@@ -257,25 +257,6 @@ async def test_a_big_event_stream_written_at_once_leaves_the_connection_usable()
     assert server.connections == 1
 
 
-async def test_an_answer_head_that_never_ends_fails_its_call() -> None:
-    """Issue #12's "limits as today": the general path's h11 bounds an
-    answer's head at 64 KiB; httptools buffers a header without end, so the
-    direct path bounds it too: the call fails, the next one goes through."""
-
-    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
-        if n == 1:
-            return [b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * (1 << 17)], False
-        return [json_answer(msg)], False
-
-    async with raw_server(script) as server, connection(server.url) as c:
-        seen = await exchange(c, modern(1, "tools/call", name="echo"))
-        error = reply_to(seen, 1)["error"]
-        assert error["data"]["reason"] == "upstream-unreachable"
-        assert "head is over" in error["message"], error
-        seen = await exchange(c, modern(2, "tools/call", name="echo"))
-        assert reply_to(seen, 2)["result"] == {"echo": 2}
-
-
 async def test_a_configured_header_a_modern_request_sets_itself_is_sent_once() -> None:
     """2026-07-28 "Standard Headers": Mcp-Method is the request's own. A
     configured header of that name is replaced by it, as on the general

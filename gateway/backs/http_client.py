@@ -37,7 +37,10 @@ if TYPE_CHECKING:
     from gateway.backs.http_direct import DirectPool
 
 _READ_SIZE = 65536
-_MAX_HEADER_BYTES = 64 * 1024
+# An answer's head: a server that sends more without ending it fails the call
+# (h11 buffers up to this; http_direct counts its heads against it too).
+MAX_HEAD_BYTES = 64 * 1024
+HEAD_TOO_LONG = f"the answer's head is over {MAX_HEAD_BYTES} bytes"
 _MAX_REDIRECTS = 5
 # A redirect that keeps the method and body; 301/302/303 turn a request into a
 # bodiless GET (RFC 9110 §15.4), which an MCP POST cannot survive.
@@ -102,7 +105,7 @@ class _Connection:
     def __init__(self, origin: _Origin, stream: anyio.abc.ByteStream) -> None:
         self.origin = origin
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEADER_BYTES)
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.used = False  # has served a request: may have gone stale while idle
         self.answered = False  # a byte of the current response has arrived
 
@@ -307,6 +310,9 @@ class HttpClient:
                 raise HttpClientError("timed out waiting for the upstream") from None
             except (OSError, h11.ProtocolError, ssl.SSLError) as exc:
                 await connection.aclose()
+                if isinstance(exc, h11.RemoteProtocolError) and exc.error_status_hint == 431:
+                    # h11's "Receive buffer too long": said as the direct path says it.
+                    raise HttpClientError(HEAD_TOO_LONG) from None
                 raise HttpClientError(describe(exc)) from None
             except BaseException:
                 await connection.aclose()

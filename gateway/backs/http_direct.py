@@ -29,11 +29,15 @@ from typing import Protocol
 import anyio
 import httptools
 
-from gateway.backs.http_client import HttpClientError, Response, connect_failure, describe
+from gateway.backs.http_client import (
+    HEAD_TOO_LONG,
+    MAX_HEAD_BYTES,
+    HttpClientError,
+    Response,
+    connect_failure,
+    describe,
+)
 
-# An answer's head, as on the general path (h11's bound there): a server that
-# sends more without ending it fails the call.
-_MAX_HEAD_BYTES = 64 * 1024
 # Body bytes an event stream may hold unread before the socket stops being
 # read (the general path reads only as its consumer asks).
 _FEED_HIGH = 1 << 20
@@ -238,8 +242,9 @@ class DirectConnection(asyncio.Protocol):
             return  # the answer broke: whoever reads it was told
         if self._mode == _HEAD:
             self._head_bytes += len(data)
-            if self._head_bytes > _MAX_HEAD_BYTES:
-                self._broken(f"the answer's head is over {_MAX_HEAD_BYTES} bytes")
+            # httptools buffers a header without end: the general path's bound.
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._broken(HEAD_TOO_LONG)
                 return
         if self._mode == _STREAM and call is not None and self._feed is not None:
             feed = self._feed
