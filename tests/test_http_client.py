@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -307,6 +308,50 @@ async def test_https_upstream_is_verified(tmp_path: Path) -> None:
     await trusting.aclose()
     await default.aclose()
     assert len(seen) == 1
+
+
+async def test_a_second_answer_over_tls_is_never_the_next_requests(tmp_path: Path) -> None:
+    """RFC 9112 §9.3 over https (the general path's own ground): a second
+    whole answer after the first, here in a TLS record of its own that
+    arrives with the first one, is read off the socket with it but never
+    taken for the next request's answer: the connection is not reused."""
+    cert, key = _self_signed(tmp_path)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    listener = TLSListener(
+        await anyio.create_tcp_listener(local_host="127.0.0.1"),
+        server_ctx,
+        standard_compatible=False,
+    )
+    port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+    url = f"https://127.0.0.1:{port}/mcp"
+    accepted: list[int] = []
+
+    async def serve(stream: anyio.abc.ByteStream) -> None:
+        accepted.append(1)
+        buffer = bytearray()
+        async with stream:
+            while (request := await read_request(stream, buffer)) is not None:  # type: ignore[arg-type]
+                body = request.partition(b"\r\n\r\n")[2]
+                if body != b"first":
+                    await stream.send(ok(body))
+                    continue
+                # Two records in one write (anyio's TLSStream has no public
+                # way to write two records at once).
+                tls: Any = stream
+                tls._ssl_object.write(ok(body))
+                tls._ssl_object.write(ok(b"forged"))
+                await tls.transport_stream.send(tls._write_bio.read())
+
+    client = HttpClient(ssl_context=ssl.create_default_context(cafile=str(cert)))
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        for content in (b"first", b"second"):
+            reply = await client.request("POST", url, headers={}, content=content, timeout=T)
+            assert await reply.aread() == content
+        tg.cancel_scope.cancel()
+    await client.aclose()
+    assert len(accepted) == 2
 
 
 def test_a_failed_connect_says_where_and_the_systems_reason() -> None:

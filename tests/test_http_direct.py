@@ -215,23 +215,6 @@ async def test_a_header_http_cannot_carry_is_never_written_by_hand() -> None:
         assert len(server.peers) == 1
 
 
-async def test_bytes_after_a_whole_answer_spare_it_but_not_the_connection() -> None:
-    """RFC 9112 §9.3: a server sends one answer per request. Bytes after a
-    whole answer are not the next request's answer: the answer stands, the
-    connection is not reused, and the next call goes through."""
-
-    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
-        if n == 1:
-            return [json_answer(msg) + b"junk that is no answer\r\n\r\n"], False
-        return [json_answer(msg)], False
-
-    async with raw_server(script) as server, connection(server.url) as c:
-        for n in (1, 2):
-            seen = await exchange(c, modern(n, "tools/call", name="echo"))
-            assert reply_to(seen, n)["result"] == {"echo": n}
-    assert server.connections == 2
-
-
 async def test_a_big_event_stream_written_at_once_leaves_the_connection_usable() -> None:
     """2025-11-25 "Sending Messages to the Server": the answer to a POST may
     be an SSE stream, here with a notification over a megabyte before the

@@ -30,6 +30,7 @@ from urllib.parse import urljoin, urlsplit
 import anyio
 import anyio.abc
 import h11
+from anyio.streams.tls import TLSAttribute
 
 from gateway.upstream_errors import UpstreamError
 
@@ -110,10 +111,26 @@ class _Connection:
         self.answered = False  # a byte of the current response has arrived
 
     def reusable(self) -> bool:
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+        """The exchange is over, and nothing came after its answer: RFC 9112
+        §9.3, one answer a request. Bytes read past it (a broken server, a
+        second answer) would be taken for the next request's answer."""
+        return (
+            self.h11.our_state is h11.DONE
+            and self.h11.their_state is h11.DONE
+            and not self.h11.trailing_data[0]
+        )
 
     def stale(self) -> bool:
         """An idle connection the server closed (or wrote to) meanwhile."""
+        tls = self.stream.extra(TLSAttribute.ssl_object, None)
+        if tls is not None:
+            # Written to, and read off the socket already with the last
+            # answer: decrypted (pending), or still in anyio's incoming
+            # buffer (its only handle is private: without it, this check
+            # is the socket's alone, as for plain http).
+            incoming = getattr(self.stream, "_read_bio", None)
+            if tls.pending() or getattr(incoming, "pending", 0):
+                return True
         sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         if sock is None:
             return False
