@@ -21,9 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import era, wire
+from gateway.backs import http_client
 from gateway.backs.http_client import HttpClient
 from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
+from gateway.log_limit import LogLimiter
 from tests.servers.scripted_http import (
     Ask,
     HttpRequest,
@@ -112,6 +114,11 @@ def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     plain-http upstream takes, and the general one (http_client over h11, in
     a task), which every https upstream takes and plain http reaches here
     only with the direct one switched off."""
+    # The limiter of the one line for a server writing past its answers is
+    # the module's: a test of its own for each test.
+    monkeypatch.setattr(
+        http_client, "_past_answer_log", LogLimiter(http_client._past_answer_log._log)
+    )
     asked: list[str] = []
     if request.param == "general":
 
@@ -185,11 +192,16 @@ async def test_bytes_after_a_whole_answer_spare_it_but_not_the_connection(call_p
             return [json_answer(msg) + b"junk that is no answer\r\n\r\n"], False
         return [json_answer(msg)], False
 
-    async with raw_server(script) as server, connection(server.url) as c:
-        for n in (1, 2):
-            seen = await exchange(c, modern(n, "tools/call", name="echo"))
-            assert reply_to(seen, n)["result"] == {"echo": n}
+    with structlog.testing.capture_logs() as logs:
+        async with raw_server(script) as server, connection(server.url) as c:
+            for n in (1, 2):
+                seen = await exchange(c, modern(n, "tools/call", name="echo"))
+                assert reply_to(seen, n)["result"] == {"echo": n}
     assert server.connections == 2
+    # What the operator sees: one warning, naming the server.
+    (line,) = [e for e in logs if e["log_level"] == "warning"]
+    assert line["event"].startswith("upstream wrote past an answer")
+    assert line["upstream"] == server.url.split("/")[2]
 
 
 async def test_a_second_answer_to_one_request_is_never_the_next_ones(call_path: str) -> None:
@@ -205,11 +217,16 @@ async def test_a_second_answer_to_one_request_is_never_the_next_ones(call_path: 
             return [json_answer(msg) + second], False
         return [json_answer(msg)], False
 
-    async with raw_server(script) as server, connection(server.url) as c:
-        for n in (1, 2):
-            seen = await exchange(c, modern(n, "tools/call", name="echo"))
-            assert reply_to(seen, n)["result"] == {"echo": n}
+    with structlog.testing.capture_logs() as logs:
+        async with raw_server(script) as server, connection(server.url) as c:
+            for n in (1, 2):
+                seen = await exchange(c, modern(n, "tools/call", name="echo"))
+                assert reply_to(seen, n)["result"] == {"echo": n}
     assert server.connections == 2
+    # What the operator sees: one warning, naming the server.
+    (line,) = [e for e in logs if e["log_level"] == "warning"]
+    assert line["event"].startswith("upstream wrote past an answer")
+    assert line["upstream"] == server.url.split("/")[2]
 
 
 async def test_sse_junk_is_skipped_and_the_reply_still_arrives(call_path: str) -> None:

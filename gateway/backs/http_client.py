@@ -30,8 +30,10 @@ from urllib.parse import urljoin, urlsplit
 import anyio
 import anyio.abc
 import h11
+import structlog
 from anyio.streams.tls import TLSAttribute
 
+from gateway.log_limit import LogLimiter
 from gateway.upstream_errors import UpstreamError
 
 if TYPE_CHECKING:
@@ -43,6 +45,8 @@ _READ_SIZE = 65536
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TOO_LONG = f"the answer's head is over {MAX_HEAD_BYTES} bytes"
 _MAX_REDIRECTS = 5
+# A server writing past its answers writes past every one: a line a minute.
+_past_answer_log = LogLimiter(structlog.get_logger("gateway.backs.http"))
 # A redirect that keeps the method and body; 301/302/303 turn a request into a
 # bodiless GET (RFC 9110 §15.4), which an MCP POST cannot survive.
 _SAME_METHOD = (307, 308)
@@ -275,6 +279,8 @@ class HttpClient:
                 connection.h11.start_next_cycle()
                 await self._release(connection)
             else:
+                if done and connection.h11.trailing_data[0]:
+                    wrote_past_answer(connection.origin.host, connection.origin.port)
                 await connection.aclose()
 
     async def _send(
@@ -401,6 +407,16 @@ def _on_asyncio() -> bool:
     except RuntimeError:  # trio (tests on its mock clock)
         return False
     return True
+
+
+def wrote_past_answer(host: str, port: int) -> None:
+    """RFC 9112 §9.3, one answer a request: the server wrote more after one.
+    The answer stands; its connection is closed rather than reused, where
+    the rest would be read as the next request's answer."""
+    _past_answer_log.warning(
+        "upstream wrote past an answer; its connection is closed, not reused",
+        upstream=f"{host}:{port}",
+    )
 
 
 def describe(exc: BaseException) -> str:

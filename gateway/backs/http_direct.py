@@ -36,6 +36,7 @@ from gateway.backs.http_client import (
     Response,
     connect_failure,
     describe,
+    wrote_past_answer,
 )
 
 # Body bytes an event stream may hold unread before the socket stops being
@@ -365,6 +366,8 @@ class DirectConnection(asyncio.Protocol):
         if self._keep_alive and not self.closed and not self._trailing:
             self._pool.release(self)
         else:
+            if self._trailing:
+                wrote_past_answer(self._pool.host, self._pool.port)
             self.close()
 
     # -- httptools callbacks (nothing here may raise, nor call out) -----------------------
