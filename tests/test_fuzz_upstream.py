@@ -20,9 +20,13 @@ the same session. The invariants:
 The second test does the same over Streamable HTTP, against the HTTP back:
 generated statuses, content types, bodies and SSE streams for one request,
 which must end with a well-formed reply under its id while the connection
-goes on serving the next.
+goes on serving the next. The third over the deprecated HTTP+SSE transport,
+where the one stream carries every reply and is the session: generated
+events on it (stray, deep and malformed replies, server requests, another
+`endpoint`), the POST's own status, the stream's end; the next call is
+answered, on a new session if the stream ended.
 
-Profiles: "ci" (the default, about 15 s for both tests) and "deep" for long runs
+Profiles: "ci" (the default, about 20 s for the three) and "deep" for long runs
 (`HYPOTHESIS_PROFILE=deep`).
 """
 
@@ -48,8 +52,8 @@ from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import WIND_DOWN
 from tests.mock_clock import mock_clock
 from tests.scripted import ScriptedServer, Upstream, encoding_link, wait_tables_empty
-from tests.servers.scripted_http import HttpRequest, HttpServer, Reply, serve
-from tests.test_http_back import connection, exchange, modern
+from tests.servers.scripted_http import HttpRequest, HttpServer, OldSseHttp, Reply, serve
+from tests.test_http_back import connection, exchange, http_gateway, modern
 
 settings.register_profile(
     "ci",
@@ -593,6 +597,102 @@ def test_a_hostile_http_upstream_fails_only_the_request_it_answers(answer: HttpA
     and the connection serves the next request."""
     with structlog.testing.capture_logs() as logs:
         anyio.run(run_http_scenario, answer, backend="asyncio")
+    tracebacks = [
+        e for e in logs if e.get("exc_info") or e.get("log_level") in ("error", "critical")
+    ]
+    assert not tracebacks, tracebacks
+
+
+# -- the deprecated HTTP+SSE transport (2024-11-05) --------------------------------
+# One stream carries everything, replies included, and is the session: a
+# server there can get a call wrong on the stream, on the POST's own answer,
+# or by ending the stream.
+
+
+def _event(data: bytes) -> bytes:
+    return b"event: message\ndata: " + data.replace(b"\n", b" ") + b"\n\n"
+
+
+def _same(data: bytes) -> Callable[[int], bytes]:
+    return lambda call_id: data
+
+
+sse_transport_events = st.lists(
+    st.one_of(
+        reply_to_call().map(lambda build: lambda call_id: _event(build(call_id))),
+        deep_message(("reply",)).map(lambda build: lambda call_id: _event(build(call_id))),
+        st.one_of(server_request(), notification(), json_values.map(orjson.dumps))
+        .map(_event)
+        .map(_same),
+        st.binary(max_size=30).map(_same),
+        st.sampled_from(
+            [b": keep-alive\n\n", b"retry: 10\n\n", b"event: endpoint\ndata: /elsewhere\n\n"]
+        ).map(_same),
+    ),
+    max_size=6,
+)
+
+
+@dataclass(frozen=True)
+class SseTransportAnswer:
+    post_status: int  # the POST's own answer (202 Accepted when all is well)
+    events: list[Callable[[int], bytes]]  # on the stream, built for the call's id
+    then_end: bool  # the stream (the session) ends after them
+
+
+sse_transport_answers = st.builds(
+    SseTransportAnswer,
+    post_status=st.sampled_from([202, 202, 202, 200, 400, 404, 500]),
+    events=sse_transport_events,
+    then_end=st.booleans(),
+)
+
+
+async def run_sse_transport_scenario(answer: SseTransportAnswer) -> None:
+    class Hostile(OldSseHttp):
+        async def __call__(self, req: HttpRequest, server: HttpServer) -> Reply:
+            msg = req.message if req.method == "POST" and req.path == "/messages" else {}
+            params = msg.get("params")
+            if msg.get("method") != "tools/call" or (params or {}).get("name") != "fuzz":
+                return await super().__call__(req, server)
+            stream = self.streams[req.query.removeprefix("session_id=")]
+            for build in answer.events:
+                await stream.send(build(msg["id"]))
+            if answer.then_end:
+                await stream.aclose()
+            return Reply(answer.post_status, b"", {"content-type": "text/plain"})
+
+    config = {"request_timeout": REQUEST_TIMEOUT, "max_message_bytes": MAX_BYTES}
+    async with serve(Hostile(), path="/sse") as server, http_gateway(server.url, **config) as c:
+        with anyio.fail_after(CALL_BOUND):
+            reply = await c.call("tools/call", {"name": "fuzz", "arguments": {"text": "x"}})
+        _check_answer(reply)
+        # The next call is answered on the same stream; or, the stream (the
+        # session) over, it may have set out before the gateway saw the end
+        # and fail as a call to a crashed server does, and the one after it
+        # is answered on a new session.
+        for attempt in range(2):
+            with anyio.fail_after(CALL_BOUND):
+                calm = await c.call("tools/call", {"name": "echo", "arguments": {"text": "calm"}})
+            if "result" in calm or not answer.then_end or attempt:
+                break
+            assert calm["error"]["data"]["reason"] == "upstream-failed", calm
+        assert calm["result"]["content"][0]["text"] == "calm", calm
+
+
+@settings(PROFILE, max_examples=max(10, PROFILE.max_examples // 2))
+@given(answer=sse_transport_answers)
+def test_a_hostile_http_sse_upstream_fails_only_the_call_it_answers(
+    answer: SseTransportAnswer,
+) -> None:
+    """Over the deprecated HTTP+SSE transport the server answers a call on
+    its one stream: whatever it writes there (junk, stray or deep replies,
+    server requests, another `endpoint`), however it answers the POST, and
+    whether it ends the stream, the call ends with a well-formed reply within
+    its bound, nothing logs an error or a traceback, and the next call is
+    answered."""
+    with structlog.testing.capture_logs() as logs:
+        anyio.run(run_sse_transport_scenario, answer, backend="asyncio")
     tracebacks = [
         e for e in logs if e.get("exc_info") or e.get("log_level") in ("error", "critical")
     ]
