@@ -265,28 +265,21 @@ async def run_both(
 
 class Counted:
     """How many requests a gateway's fast path under test takes: the front's
-    direct path ("server"), or the runtime's."""
+    direct path ("server": DirectPosts.take), or the runtime's
+    (ClientCalls._send_now); each says True when it took one."""
 
     def __init__(self, g: HttpGateway, which: str) -> None:
         self.taken = 0
-        if which == "server":
-            take = g.front.direct.take
+        owner: Any = g.front.direct if which == "server" else g.service.calls
+        name = "take" if which == "server" else "_send_now"
+        method = getattr(owner, name)
 
-            def counted_take(scope: Any, body: bytes, answer: Any) -> bool:
-                taken = take(scope, body, answer)
-                self.taken += taken
-                return taken
+        def counted(*args: Any) -> bool:
+            took: bool = method(*args)
+            self.taken += took
+            return took
 
-            g.front.direct.take = counted_take  # type: ignore[method-assign]
-        else:
-            send_now = g.service.calls._send_now
-
-            def counted_send_now(link: Any, msg: Any, traced: Any) -> bool:
-                sent = send_now(link, msg, traced)
-                self.taken += sent
-                return sent
-
-            g.service.calls._send_now = counted_send_now  # type: ignore[method-assign]
+        setattr(owner, name, counted)
 
 
 def _never(link: Any, msg: Any, traced: Any) -> bool:
@@ -436,12 +429,16 @@ PLAIN = st.integers(min_value=1, max_value=99).map(_plain_call)
 POSTS = st.one_of(hostile(), near_plain(), near_plain(), PLAIN, st.just(INITIALIZE))
 
 
-@FUZZ
-@given(
+# Sequences of requests, in front of either era, with or without tokens.
+SEQUENCES = given(
     posts=st.lists(POSTS, min_size=1, max_size=8),
     upstream=st.sampled_from(["legacy", "modern"]),
     tokens=st.booleans(),
 )
+
+
+@FUZZ
+@SEQUENCES
 def test_the_direct_path_answers_any_sequence_as_the_asgi_app_does(
     posts: list[Post], upstream: str, tokens: bool
 ) -> None:
@@ -449,11 +446,7 @@ def test_the_direct_path_answers_any_sequence_as_the_asgi_app_does(
 
 
 @FUZZ
-@given(
-    posts=st.lists(POSTS, min_size=1, max_size=8),
-    upstream=st.sampled_from(["legacy", "modern"]),
-    tokens=st.booleans(),
-)
+@SEQUENCES
 def test_the_runtime_fast_path_answers_any_sequence_as_its_tasks_do(
     posts: list[Post], upstream: str, tokens: bool
 ) -> None:

@@ -276,21 +276,27 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-async def test_https_upstream_is_verified(tmp_path: Path) -> None:
-    """An https:// upstream: TLS with the certificate checked against the
-    trusted CAs and the host name (an unknown certificate is an error)."""
+async def _tls_listener(tmp_path: Path) -> tuple[TLSListener, str, Path]:
+    """A TLS listener on loopback with a self-signed certificate: it, the
+    https URL it serves, and the certificate to trust."""
     cert, key = _self_signed(tmp_path)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
-    seen: list[bytes] = []
-    handle = echo_server(seen)
     listener = TLSListener(
         await anyio.create_tcp_listener(local_host="127.0.0.1"),
         server_ctx,
         standard_compatible=False,
     )
     port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
-    url = f"https://127.0.0.1:{port}/mcp"
+    return listener, f"https://127.0.0.1:{port}/mcp", cert
+
+
+async def test_https_upstream_is_verified(tmp_path: Path) -> None:
+    """An https:// upstream: TLS with the certificate checked against the
+    trusted CAs and the host name (an unknown certificate is an error)."""
+    listener, url, cert = await _tls_listener(tmp_path)
+    seen: list[bytes] = []
+    handle = echo_server(seen)
 
     async def serve(stream: anyio.abc.ByteStream) -> None:
         async with stream:
@@ -315,16 +321,7 @@ async def test_a_second_answer_over_tls_is_never_the_next_requests(tmp_path: Pat
     whole answer after the first, here in a TLS record of its own that
     arrives with the first one, is read off the socket with it but never
     taken for the next request's answer: the connection is not reused."""
-    cert, key = _self_signed(tmp_path)
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(cert, key)
-    listener = TLSListener(
-        await anyio.create_tcp_listener(local_host="127.0.0.1"),
-        server_ctx,
-        standard_compatible=False,
-    )
-    port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
-    url = f"https://127.0.0.1:{port}/mcp"
+    listener, url, cert = await _tls_listener(tmp_path)
     accepted: list[int] = []
 
     async def serve(stream: anyio.abc.ByteStream) -> None:
