@@ -74,6 +74,8 @@ def _py1() -> Path:
 
 
 async def _until_accepting(port: int, process: Process, within: float = 30) -> None:
+    """Another program's readiness: nothing to wait on but its port, tried
+    every 50 ms (the peer runs on its own clock, no test clock drives it)."""
     with anyio.fail_after(within):
         while True:  # ends at the first accepted connection (or the bound)
             assert process.returncode is None, f"exited {process.returncode} before listening"
