@@ -3,8 +3,9 @@ answers (issue #12: "No change to behaviour"; 2026-07-28 and 2025-11-25
 Streamable HTTP "Sending Messages to the Server").
 
 A POSTed call travels the direct path (http_direct: httptools, in the loop's
-callbacks) to a plain-http upstream, and the general one (http_client: h11,
-in a task) to every https upstream. Hypothesis writes the answer to one call
+callbacks) on asyncio, and the general one (http_client: h11, in a task) on
+another event loop; the general one also carries the back's other exchanges.
+Hypothesis writes the answer to one call
 byte by byte -- a status, a content type, a JSON body or an event stream
 (the reply, notifications, junk, comments, other fields, either line end),
 framed by length, chunks or the connection's close, cut into pieces,

@@ -8,8 +8,10 @@ once, and the connection goes on serving the next request."""
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 from gateway import era, wire
 from gateway.backs import http_client
 from gateway.backs.http_client import HttpClient
+from gateway.backs.http_direct import DirectPool
 from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.log_limit import LogLimiter
@@ -44,6 +47,7 @@ from tests.test_http_back import (
     modern,
     reply_of,
 )
+from tests.test_http_client import _self_signed
 from tests.test_http_direct import json_answer, raw_server, reply_to
 
 pytestmark = pytest.mark.anyio
@@ -110,25 +114,28 @@ async def answers(req: HttpRequest, server: HttpServer) -> Reply:
 @pytest.fixture(params=["direct", "general"])
 def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The HTTP back's two ways of carrying a call, both under these answers:
-    the direct one (http_direct, parsed in the loop's callbacks), which every
-    plain-http upstream takes, and the general one (http_client over h11, in
-    a task), which every https upstream takes and plain http reaches here
-    only with the direct one switched off."""
+    the direct one (http_direct, parsed in the loop's callbacks), which calls
+    take on asyncio, and the general one (http_client over h11, in a task),
+    which calls take on another event loop and which carries the back's
+    other exchanges (initialize, the GET stream, DELETE, HTTP+SSE): reached
+    here with the direct one switched off."""
     # The limiter of the one line for a server writing past its answers is
-    # the module's: a test of its own for each test.
-    monkeypatch.setattr(
-        http_client, "_past_answer_log", LogLimiter(http_client._past_answer_log._log)
-    )
-    asked: list[str] = []
-    if request.param == "general":
+    # the module's: a new one for each test.
+    fresh = LogLimiter(structlog.get_logger("gateway.backs.http"))
+    monkeypatch.setattr(http_client, "_past_answer_log", fresh)
+    pools: list[object] = []
+    direct_pool = HttpClient.direct_pool
 
-        def no_direct_pool(self: HttpClient, url: str, max_bytes: int) -> None:
-            asked.append(url)
+    def chosen_pool(self: HttpClient, url: str, max_bytes: int) -> DirectPool | None:
+        pool = direct_pool(self, url, max_bytes) if request.param == "direct" else None
+        pools.append(pool)
+        return pool
 
-        monkeypatch.setattr(HttpClient, "direct_pool", no_direct_pool)
+    monkeypatch.setattr(HttpClient, "direct_pool", chosen_pool)
     yield str(request.param)
-    # Calls did go through the back's choice of path, and took the general one.
-    assert asked or request.param == "direct"
+    # Calls went through the back's choice of path, and took the one named.
+    assert pools
+    assert all(pool is not None for pool in pools) == (request.param == "direct")
 
 
 @pytest.mark.parametrize(
@@ -217,6 +224,37 @@ async def test_bytes_after_a_whole_answer_are_never_the_next_ones(
     (line,) = [e for e in logs if e["log_level"] == "warning"]
     assert line["event"].startswith("upstream wrote past an answer")
     assert line["upstream"] == server.url.split("/")[2]
+
+
+async def test_an_https_answer_is_read_whole_and_alone(
+    call_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS (a CA of the operator's, through SSL_CERT_FILE as the README
+    says): calls go through on either path, a second answer written with the
+    first is never the next call's, and a kept-alive connection serves the
+    call after; without the CA, the call fails with the reason."""
+    cert, key = _self_signed(tmp_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        forged = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        forged += b"Content-Length: %d\r\n\r\n" % len(FORGED) + FORGED
+        return [json_answer(msg) + (forged if n == 1 else b"")], False
+
+    async with raw_server(script, tls) as server:
+        async with connection(server.url) as c:
+            refused = reply_to(await exchange(c, modern(1, "tools/call", name="echo")), 1)
+        assert refused["error"]["data"]["reason"] == "upstream-unreachable"
+        assert "TLS with 127.0.0.1" in refused["error"]["message"]
+        assert "CERTIFICATE_VERIFY_FAILED" in refused["error"]["message"]
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        async with connection(server.url) as c:
+            for n in (1, 2, 3):
+                seen = await exchange(c, modern(n, "tools/call", name="echo"))
+                assert reply_to(seen, n)["result"] == {"echo": n}
+    # Served (past the handshake): the one the second answer closed, the kept one.
+    assert server.connections == 2
 
 
 async def test_sse_junk_is_skipped_and_the_reply_still_arrives(call_path: str) -> None:

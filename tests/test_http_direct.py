@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -46,7 +47,8 @@ def json_answer(msg: wire.Message, extra: bytes = b"") -> bytes:
 
 
 @asynccontextmanager
-async def raw_server(script: Script) -> AsyncIterator[RawServer]:
+async def raw_server(script: Script, tls: ssl.SSLContext | None = None) -> AsyncIterator[RawServer]:
+    """`tls`: https, with that server context."""
     state = RawServer()
     count = 0
 
@@ -77,8 +79,9 @@ async def raw_server(script: Script) -> AsyncIterator[RawServer]:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=tls)
+    scheme = "https" if tls is not None else "http"
+    state.url = f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
     try:
         yield state
     finally:

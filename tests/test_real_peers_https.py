@@ -2,10 +2,11 @@
 over Streamable HTTP behind HAProxy terminating TLS, as a remote server is
 reached in production.
 
-Every https upstream takes the HTTP back's general path (http_client over
-h11 and TLS); the compatibility matrix runs plain http only, which takes the
-direct path. Here, over TLS with a certificate of a private CA
-(`SSL_CERT_FILE`, as the README says):
+The compatibility matrix runs plain http only. Here every exchange is over
+TLS, with a certificate of a private CA (`SSL_CERT_FILE`, as the README
+says): calls on the HTTP back's direct path over asyncio's TLS transport,
+the rest (initialize, the GET stream, DELETE) on the general one over
+anyio's:
 
 - the stdlib modern MRTR client (compat_matrix/peers/raw_mrtr_client.py,
   every feature, tampered requestState checked) reaches the legacy server:

@@ -384,8 +384,8 @@ class HttpServerConnection:
     # -- requests on the direct path (http_direct) -------------------------------------
     def _post_direct(self, msg: wire.Message, inflight: _Inflight) -> bool:
         """POST a request now, its answer read in callbacks; False leaves it
-        to a task (no task group yet, the old HTTP+SSE transport, https, a
-        header only h11 may judge)."""
+        to a task (no task group yet, the old HTTP+SSE transport, a loop
+        other than asyncio, a header only h11 may judge)."""
         session = self._session
         if self._tg is None or session.sse_endpoint is not None:
             return False

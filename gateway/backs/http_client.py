@@ -173,24 +173,38 @@ class HttpClient:
         self._max_idle = max_idle
         self._ssl = ssl_context
         self._closed = False
-        self._direct: dict[tuple[str, int, int], DirectPool] = {}
+        self._direct: dict[tuple[str, str, int, int], DirectPool] = {}
+
+    @property
+    def tls(self) -> ssl.SSLContext:
+        """What https connections verify with: the context given, else the
+        system's CAs (or `SSL_CERT_FILE`'s), loaded once: loading them is
+        milliseconds of CPU, not to be spent on every connection."""
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
 
     def direct_pool(self, url: str, max_bytes: int) -> DirectPool | None:
         """The callback-driven connections for POSTs to `url` (http_direct),
-        or None where they cannot serve: https, or a loop other than asyncio."""
+        http or https, or None where they cannot serve: a loop other than
+        asyncio."""
         try:
             origin, _, _ = _Origin.of(url)
         except HttpClientError:
             return None
-        if self._closed or origin.scheme != "http" or not _on_asyncio():
+        if self._closed or not _on_asyncio():
             return None
-        key = (origin.host, origin.port, max_bytes)
+        key = (origin.scheme, origin.host, origin.port, max_bytes)
         pool = self._direct.get(key)
         if pool is None:
             from gateway.backs.http_direct import DirectPool
 
             pool = self._direct[key] = DirectPool(
-                origin.host, origin.port, max_idle=self._max_idle, max_bytes=max_bytes
+                origin.host,
+                origin.port,
+                max_idle=self._max_idle,
+                max_bytes=max_bytes,
+                tls=self.tls if origin.scheme == "https" else None,
             )
         return pool
 
@@ -373,7 +387,7 @@ class HttpClient:
                     stream: anyio.abc.ByteStream = await anyio.connect_tcp(
                         origin.host,
                         origin.port,
-                        ssl_context=self._ssl or ssl.create_default_context(),
+                        ssl_context=self.tls,
                         tls=True,
                         tls_hostname=origin.host,
                     )

@@ -15,13 +15,15 @@ body (a JSON reply, a refusal): `DirectCall.answered` gets it at once. A 2xx
 event stream goes, chunk by chunk, to the sink the caller gives for it
 (`DirectCall.events`), still in the callbacks; without one it goes on in a
 task of the caller's (`DirectCall.streaming`), which reads the rest of the
-body as the general path's `Response`. Asyncio only, plain http only:
-anything else takes the general path.
+body as the general path's `Response`. Asyncio only (another loop takes
+the general path); http, and https over asyncio's TLS transport, whose
+callbacks are the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -429,11 +431,22 @@ class DirectConnection(asyncio.Protocol):
 
 
 class DirectPool:
-    """Idle keep-alive connections to one http origin, most recent first."""
+    """Idle keep-alive connections to one origin, most recent first; `tls`:
+    an https origin, verified with that context (asyncio's TLS transport
+    carries the same callbacks)."""
 
-    def __init__(self, host: str, port: int, *, max_idle: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_idle: int,
+        max_bytes: int,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.host = host
         self.port = port
+        self.tls = tls
         self.max_bytes = max_bytes
         self._max_idle = max_idle
         self._idle: list[DirectConnection] = []
@@ -455,7 +468,12 @@ class DirectPool:
         try:
             with anyio.fail_after(timeout):
                 _, connection = await loop.create_connection(
-                    lambda: DirectConnection(self), self.host, self.port
+                    lambda: DirectConnection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.tls,
+                    server_hostname=self.host if self.tls is not None else None,
+                    ssl_handshake_timeout=timeout if self.tls is not None else None,
                 )
         except TimeoutError:
             raise HttpClientError(f"connecting to {self.host}:{self.port} timed out") from None
