@@ -119,7 +119,11 @@ def measure(url: str, calls: int, ca: Path) -> dict[int, Figures]:
             gateway.wait()
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made with openssl: what a
+    client trusts (SSL_CERT_FILE) and what the server serves."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("making a certificate needs the openssl command")
     cert, key = tmp / "cert.pem", tmp / "key.pem"
     subprocess.run(
         [
@@ -130,9 +134,19 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
         check=True,
         capture_output=True,
     )
+    return cert, key
+
+
+def tls_terminator(tmp: Path, tls_port: int, port: int) -> tuple[Path, Path]:
+    """HAProxy's configuration for TLS on `tls_port` in front of plain http on
+    `port`, with a new self-signed certificate: (the config, the certificate
+    to trust)."""
+    cert, key = self_signed(tmp)
     pem = tmp / "server.pem"
     pem.write_bytes(cert.read_bytes() + key.read_bytes())
-    return cert, pem
+    cfg = tmp / "haproxy.cfg"
+    cfg.write_text(HAPROXY_CFG.format(tls_port=tls_port, pem=pem, port=port))
+    return cfg, cert
 
 
 def report(best: dict[str, dict[int, Figures]]) -> str:
@@ -164,10 +178,8 @@ def main() -> None:
         raise SystemExit("needs haproxy and openssl (Debian: apt-get install haproxy openssl)")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        ca, pem = _self_signed(tmp)
         port, tls_port = free_port(), free_port()
-        cfg = tmp / "haproxy.cfg"
-        cfg.write_text(HAPROXY_CFG.format(tls_port=tls_port, pem=pem, port=port))
+        cfg, ca = tls_terminator(tmp, tls_port, port)
         server = subprocess.Popen(fast_http("legacy", str(port)), stderr=subprocess.DEVNULL)
         balancer = subprocess.Popen([haproxy, "-f", str(cfg), "-db"], stderr=subprocess.DEVNULL)
         try:

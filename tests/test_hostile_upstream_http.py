@@ -22,6 +22,7 @@ from anyio.abc import SocketStream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.https_back import self_signed
 from gateway import era, wire
 from gateway.backs import http_client
 from gateway.backs.http_client import HttpClient
@@ -47,7 +48,6 @@ from tests.test_http_back import (
     modern,
     reply_of,
 )
-from tests.test_http_client import _self_signed
 from tests.test_http_direct import json_answer, raw_server, reply_to
 
 pytestmark = pytest.mark.anyio
@@ -233,7 +233,7 @@ async def test_an_https_answer_is_read_whole_and_alone(
     says): calls go through on either path, a second answer written with the
     first is never the next call's, and a kept-alive connection serves the
     call after; without the CA, the call fails with the reason."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
 

@@ -5,9 +5,7 @@ exchange can fail (RFC 9112 message framing, RFC 9110 §15.4 redirects)."""
 
 from __future__ import annotations
 
-import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +16,7 @@ import anyio.abc
 import pytest
 from anyio.streams.tls import TLSListener
 
+from bench.https_back import self_signed
 from gateway.backs.http_client import HttpClient, HttpClientError, Timeout
 
 pytestmark = pytest.mark.anyio
@@ -260,26 +259,10 @@ async def test_failures_are_client_errors_within_their_bounds() -> None:
     await client.aclose()
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    assert openssl, "the TLS test needs the openssl command to make a certificate"
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        [
-            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
-            *("-addext", "subjectAltName=IP:127.0.0.1"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 async def _tls_listener(tmp_path: Path) -> tuple[TLSListener, str, Path]:
     """A TLS listener on loopback with a self-signed certificate: it, the
     https URL it serves, and the certificate to trust."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
     listener = TLSListener(

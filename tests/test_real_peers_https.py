@@ -37,29 +37,15 @@ import orjson
 import pytest
 from anyio.abc import Process
 
+from bench.https_back import tls_terminator
 from compat_matrix.run import INSTALL_HINT, peers_dir
 from tests.replicas import free_port, haproxy
-from tests.test_http_client import _self_signed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "compat_matrix" / "peers"
 GATEWAY = (sys.executable, "-m", "gateway", "--log-format", "json")
-HAPROXY_CFG = """\
-global
-  maxconn 256
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend tls
-  bind 127.0.0.1:{tls_port} ssl crt {pem}
-  default_backend server
-backend server
-  server py1 127.0.0.1:{port}
-"""
 
 
 @dataclass
@@ -111,12 +97,8 @@ async def tls_upstream(tmp_path: Path) -> AsyncIterator[TlsUpstream]:
     terminating TLS with a self-signed certificate."""
     binary = haproxy()
     assert binary is not None, "haproxy is not installed (.ci/run installs Debian's)"
-    cert, key = _self_signed(tmp_path)
-    pem = tmp_path / "server.pem"
-    pem.write_bytes(cert.read_bytes() + key.read_bytes())
     port, tls_port = free_port(), free_port()
-    cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(HAPROXY_CFG.format(tls_port=tls_port, pem=pem, port=port))
+    cfg, cert = tls_terminator(tmp_path, tls_port, port)
     server = [str(_py1()), str(PEERS / "py1_server.py"), "--http", str(port), "--notify"]
     async with (
         _process(server, tmp_path / "py1.log") as py1,
