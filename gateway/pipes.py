@@ -2,14 +2,19 @@
 
 Writes are synchronous and never block: a write goes straight to the pipe
 when nothing is queued, and whatever the pipe does not take waits in a buffer
-that a flusher task drains as the pipe becomes writable. Readers can `cork`
-a writer while they handle a batch of messages, so that everything the batch
-produced leaves in one system call. A `drain` await gives backpressure.
+that a flusher task drains as the pipe becomes writable. Nothing here waits
+for room: how much may queue toward a peer is the caller's rule
+(gateway.peer_queue), so no task can wait on a pipe that only it could empty.
+Readers can `cork` a writer while they handle a batch of messages, so that
+everything the batch produced leaves in one system call; a cork holds bytes
+back for the rest of the event loop's step at most, so one held across an
+await cannot stop the pipe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import os
@@ -19,8 +24,6 @@ import anyio
 import anyio.to_thread
 
 READ_CHUNK = 65536
-# Above this many queued bytes, producers wait in `drain` for the pipe.
-HIGH_WATER = 1 << 20
 
 
 def make_nonblocking(fd: int) -> bool:
@@ -157,8 +160,11 @@ class PipeWriter:
         self._async = make_nonblocking(fd)
         self._buf = bytearray()
         self._corked = 0
+        # A write made while corked arms one callback at the end of the loop
+        # step: whatever the cork still holds then leaves.
+        self._step_end_armed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = anyio.Event()
-        self._space = anyio.Event()
         self.broken: BaseException | None = None
         # While the flusher runs, it alone waits on the fd (a second waiter
         # is a BusyResourceError): `flush` then waits for it to empty the queue.
@@ -170,10 +176,14 @@ class PipeWriter:
         once the reading end is gone."""
         if self.broken is not None:
             raise anyio.BrokenResourceError from self.broken
-        if self._buf or self._corked or not self._async:
+        if self._corked:
             self._buf += data
-            if not self._corked:
-                self._wake.set()
+            if not self._step_end_armed:
+                self._arm_step_end()
+            return
+        if self._buf or not self._async:
+            self._buf += data
+            self._wake.set()
             return
         sent = self._try_write(data)
         if sent < len(data):
@@ -186,7 +196,28 @@ class PipeWriter:
     def uncork(self) -> None:
         # Tolerates an uncork without its cork: a writer born mid-batch.
         self._corked = max(0, self._corked - 1)
-        if self._corked or not self._buf:
+        if not self._corked:
+            self._release()
+
+    def _arm_step_end(self) -> None:
+        loop = self._loop
+        if loop is None:
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:  # another anyio backend: no batching, write now
+                self._release()
+                return
+        self._step_end_armed = True
+        loop.call_soon(self._step_end)
+
+    def _step_end(self) -> None:
+        self._step_end_armed = False
+        with contextlib.suppress(anyio.BrokenResourceError):
+            self._release()
+
+    def _release(self) -> None:
+        """Let queued bytes go: what the pipe takes now, the flusher the rest."""
+        if not self._buf:
             return
         if self._async and self.broken is None:
             sent = self._try_write(self._buf)
@@ -202,20 +233,11 @@ class PipeWriter:
         except OSError as exc:
             self.broken = exc
             self._buf.clear()
-            self._space.set()
             raise anyio.BrokenResourceError from exc
 
     @property
     def queued(self) -> int:
         return len(self._buf)
-
-    async def drain(self) -> None:
-        """Wait while more than HIGH_WATER bytes are queued (backpressure)."""
-        while len(self._buf) > HIGH_WATER and self.broken is None:  # each pass waits
-            self._space = anyio.Event()
-            await self._space.wait()
-        if self.broken is not None:
-            raise anyio.BrokenResourceError from self.broken
 
     async def run_flusher(self) -> None:
         """Drain the queue as the pipe allows, until the pipe breaks or the
@@ -229,7 +251,7 @@ class PipeWriter:
 
     async def _flush_forever(self) -> None:
         while self.broken is None:  # each pass waits for work or writability
-            if not self._buf or self._corked:
+            if not self._buf:
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
@@ -246,12 +268,9 @@ class PipeWriter:
                 except OSError as exc:
                     self.broken = exc
                     self._buf.clear()
-                    self._space.set()
                     return
                 sent = len(data)
             del self._buf[:sent]
-            if len(self._buf) <= HIGH_WATER:
-                self._space.set()
             if not self._buf:
                 self._emptied.set()
 

@@ -9,6 +9,7 @@ catches `UpstreamError`, or the one subclass whose answer differs, and
     ├── ConnectionLost        the transport's connection is over (written or read past its end)
     ├── UpstreamGone          a session ended under a call; `reason` says how
     ├── UpstreamTimeout       no answer within the call's bound
+    ├── UpstreamNotReading    the server is too far behind reading what it was sent
     ├── HttpClientError       an HTTP exchange failed below HTTP (backs/http_client.py)
     └── UpstreamUnavailable   no session can be had
         ├── UpstreamBusy          every session the bounds allow is busy
@@ -45,6 +46,11 @@ class UpstreamGone(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     """The upstream did not answer a call within its bound."""
+
+
+class UpstreamNotReading(UpstreamError):
+    """The server has not read what is already queued for it (flow control):
+    a request that does not fit fails now instead of waiting for room."""
 
 
 class UpstreamUnavailable(UpstreamError):

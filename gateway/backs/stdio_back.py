@@ -23,9 +23,16 @@ import structlog
 
 from gateway import wire
 from gateway.core import upstream_checks
+from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
 from gateway.log_limit import LogLimiter
+from gateway.peer_queue import PeerQueue, QueueFull
 from gateway.pipes import PipeReader, PipeWriter
-from gateway.upstream_errors import ConnectionLost, ServerNotStarted, map_exceptions
+from gateway.upstream_errors import (
+    ConnectionLost,
+    ServerNotStarted,
+    UpstreamNotReading,
+    map_exceptions,
+)
 
 log = structlog.get_logger("gateway.backs.stdio")
 
@@ -187,13 +194,18 @@ def _open_pidfd(pid: int) -> int:
 
 class StdioServerProcess:
     def __init__(
-        self, popen: subprocess.Popen[bytes], command: Sequence[str], max_bytes: int
+        self,
+        popen: subprocess.Popen[bytes],
+        command: Sequence[str],
+        max_bytes: int,
+        bounds: QueueBounds = DEFAULT_BOUNDS,
     ) -> None:
         assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
         self._popen = popen
         self.command = list(command)
         self.pid = popen.pid
         self._stdin = PipeWriter(popen.stdin.fileno())
+        self._to_server = PeerQueue(self._stdin, bounds, "server", label=f"pid {popen.pid}")
         self._stdout = PipeReader(popen.stdout.fileno())
         self._stderr = PipeReader(popen.stderr.fileno())
         self._pidfd = _open_pidfd(popen.pid)
@@ -216,6 +228,7 @@ class StdioServerProcess:
         max_bytes: int,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        bounds: QueueBounds = DEFAULT_BOUNDS,
     ) -> StdioServerProcess:
         full_env = {**os.environ, **env} if env else None
         # No such command, no permission, no such cwd: the OS's own words.
@@ -235,33 +248,28 @@ class StdioServerProcess:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509
             )
         log.info("upstream started", pid=popen.pid, command=list(command))
-        return cls(popen, command, max_bytes)
+        return cls(popen, command, max_bytes, bounds)
 
     @property
     def returncode(self) -> int | None:
         return self._popen.poll()
 
     # -- writing ---------------------------------------------------------
-    def _writing(self) -> contextlib.AbstractContextManager[None]:
-        """The one place this back's write failures become upstream errors:
-        a broken stdin pipe is the server's exit."""
-        return map_exceptions({anyio.BrokenResourceError: self._exited})
-
     def _exited(self, exc: Exception) -> ServerExited:
         return ServerExited(self.returncode)
 
     def send_nowait(self, msg: wire.Message) -> None:
         if self.tap is not None:
             self.tap("to-server", msg)
-        try:  # _writing()'s mapping, without a context manager on the path of every call
-            self._stdin.write(wire.encode(msg))
+        try:  # a broken stdin pipe is the server's exit
+            self._to_server.put(msg)
         except anyio.BrokenResourceError as exc:
             raise self._exited(exc) from exc
+        except QueueFull as exc:
+            raise UpstreamNotReading(str(exc)) from exc
 
     async def send(self, msg: wire.Message) -> None:
         self.send_nowait(msg)
-        with self._writing():
-            await self._stdin.drain()
 
     def cork(self) -> None:
         self._stdin.cork()

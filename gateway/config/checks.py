@@ -222,6 +222,11 @@ def _check_bounds(cfg: Config) -> None:
         raise ConfigError(
             "max_message_bytes must be at least 1024", settings=("max_message_bytes",)
         )
+    if not 0 < cfg.max_queued_notification_bytes <= cfg.max_queued_bytes:
+        raise ConfigError(
+            "max_queued_notification_bytes must be more than 0 and at most max_queued_bytes",
+            settings=("max_queued_notification_bytes", "max_queued_bytes"),
+        )
     if cfg.http_max_header_bytes < 1024:
         raise ConfigError(
             "[http] max_header_bytes must be at least 1024", settings=("http_max_header_bytes",)

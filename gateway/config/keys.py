@@ -10,6 +10,8 @@ KEYS: dict[tuple[str, str], str] = {
     ("gateway", "log_level"): "log_level",
     ("gateway", "log_format"): "log_format",
     ("gateway", "max_message_bytes"): "max_message_bytes",
+    ("gateway", "max_queued_bytes"): "max_queued_bytes",
+    ("gateway", "max_queued_notification_bytes"): "max_queued_notification_bytes",
     ("gateway", "max_inflight_per_client"): "max_inflight_per_client",
     ("gateway", "shutdown_grace"): "shutdown_grace",
     ("gateway", "drain_delay"): "drain_delay",

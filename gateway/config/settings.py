@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.config import checks
 from gateway.config.checks import normalize_listen
+from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
 from gateway.translate import CacheHint
 
 DEFAULT_CLIENT_INFO = {"name": "mcp-era-gateway", "version": "0.1.0"}
@@ -51,6 +52,11 @@ class Config:
     # accepts connections (a command's exit is seen at once).
     health_interval: float = 5.0
     max_message_bytes: int = 4 * 1024 * 1024
+    # Flow control (gateway/flow_control.py): the bytes that may wait for a
+    # peer that reads slowly, and the lower bound past which its progress
+    # and log notifications are dropped.
+    max_queued_bytes: int = DEFAULT_BOUNDS.queue_bytes
+    max_queued_notification_bytes: int = DEFAULT_BOUNDS.notification_bytes
     max_inflight_per_client: int = 256
     # Cache hints for translated results (2026-07-28 "Caching")
     cache_ttl_ms: dict[str, int] = field(default_factory=dict)
@@ -145,6 +151,12 @@ class Config:
         if self.state_key is None:
             return ()
         return (self.state_key,) if isinstance(self.state_key, str) else self.state_key
+
+    @property
+    def queue_bounds(self) -> QueueBounds:
+        # A reply of the largest size always fits a peer's empty queue.
+        queue = max(self.max_queued_bytes, self.max_message_bytes)
+        return QueueBounds(queue, self.max_queued_notification_bytes)
 
     @property
     def tracing(self) -> bool:

@@ -6,6 +6,7 @@ from gateway import wire
 from gateway.upstream_errors import (
     UpstreamBusy,
     UpstreamError,
+    UpstreamNotReading,
     UpstreamTimeout,
     UpstreamUnauthorized,
 )
@@ -22,6 +23,13 @@ def failure_reply(
         return {**exc.reply, "id": msg_id}
     if isinstance(exc, UpstreamTimeout):
         return wire.gateway_error(msg_id, wire.INTERNAL_ERROR, str(exc), reason="upstream-timeout")
+    if isinstance(exc, UpstreamNotReading):
+        return wire.gateway_error(
+            msg_id,
+            wire.INTERNAL_ERROR,
+            f"Upstream not reading: {exc}",
+            reason="upstream-not-reading",
+        )
     if isinstance(exc, UpstreamBusy):
         return wire.gateway_error(
             msg_id, wire.INTERNAL_ERROR, f"Upstream busy: {exc}", reason="upstream-busy"

@@ -4,6 +4,8 @@ subprocess, reading requests on stdin and writing messages on stdout.
 stdout carries protocol messages and nothing else (logs go to stderr). The
 pipes are non-blocking (gateway.pipes), so a client that stops reading never
 freezes the event loop; a regular file or terminal falls back to a thread.
+What may queue toward a client that reads slowly is bounded by the
+flow-control rule (gateway.flow_control): nothing here ever waits for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 import anyio
 
 from gateway import wire
+from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
+from gateway.peer_queue import PeerQueue, QueueFull
 from gateway.pipes import PipeReader, PipeWriter
 
 
@@ -25,11 +29,24 @@ class BadLine:
     reason: str
 
 
+class ClientNotReading(anyio.BrokenResourceError):
+    """A request for the client that its queue cannot take: whoever sends it
+    gets what it gets when the client is gone, at once."""
+
+
 class StdioFront:
-    def __init__(self, in_fd: int = 0, out_fd: int = 1, *, max_bytes: int) -> None:
+    def __init__(
+        self,
+        in_fd: int = 0,
+        out_fd: int = 1,
+        *,
+        max_bytes: int,
+        bounds: QueueBounds = DEFAULT_BOUNDS,
+    ) -> None:
         self._max = max_bytes
         self._reader = PipeReader(in_fd)
         self._writer = PipeWriter(out_fd)
+        self._out = PeerQueue(self._writer, bounds, "client")
         self._splitter = wire.LineSplitter(max_bytes)
         self._ready: deque[wire.Message | BadLine] = deque()
         self._eof = False
@@ -70,15 +87,13 @@ class StdioFront:
                 self._ready.append(BadLine(exc.reply, exc.reason))
 
     def send_nowait(self, msg: wire.Message) -> None:
-        self._writer.write(wire.encode(msg))
+        try:
+            self._out.put(msg)
+        except QueueFull as exc:
+            raise ClientNotReading(str(exc)) from exc
 
     async def send(self, msg: wire.Message) -> None:
-        self._writer.write(wire.encode(msg))
-        await self._writer.drain()
-
-    async def drain(self) -> None:
-        """Wait while the client is too far behind reading (backpressure)."""
-        await self._writer.drain()
+        self.send_nowait(msg)
 
     def cork(self) -> None:
         self._writer.cork()

@@ -30,7 +30,9 @@ async def serve_stdio(
 ) -> int:
     """`connect`: how to reach the upstream, when not as `config` says (tests
     run the whole stdio gateway in-process over a scripted server)."""
-    front = StdioFront(in_fd, out_fd, max_bytes=config.max_message_bytes)
+    front = StdioFront(
+        in_fd, out_fd, max_bytes=config.max_message_bytes, bounds=config.queue_bounds
+    )
     service = GatewayService(config, connect=connect)
     link = ClientLink(
         send=front.send, send_nowait=front.send_nowait, cork=front.cork, uncork=front.uncork
@@ -45,10 +47,13 @@ async def serve_stdio(
             with stopping.reading:
                 await _read_loop(front, service, link, requests)
             stopping.begin()
+            # One deadline for the calls in flight and for what is queued
+            # for the client: a client that stopped reading costs no more.
+            deadline = anyio.current_time() + config.shutdown_grace
             service.end_subscriptions()
             await _drain(link, config.shutdown_grace, stopping.hurry)
             requests.cancel_scope.cancel()
-        await front.flush(config.shutdown_grace)
+        await front.flush(max(0.0, deadline - anyio.current_time()))
         await service.aclose()
         root.cancel_scope.cancel()
     log.info("gateway stopped")
@@ -118,7 +123,6 @@ async def _read_loop(
         finally:
             service.pool.uncork()
             front.uncork()
-        await front.drain()
 
 
 async def _drain(link: ClientLink, grace: float, hurry: anyio.Event) -> None:

@@ -30,6 +30,7 @@ from gateway.runtime.upstream_channel import CallStreams, Channel, Corker
 from gateway.upstream_errors import (
     ConnectionLost,
     UpstreamGone,
+    UpstreamNotReading,
     UpstreamTimeout,
 )
 
@@ -205,6 +206,10 @@ class UpstreamSession:
         except ConnectionLost as exc:
             self.pending.pop(msg_id, None)
             raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
+        except UpstreamNotReading:
+            # Not sent: the caller's task path fails the call in its words.
+            self.pending.pop(msg_id, None)
+            raise UpstreamGone("the server is not reading") from None
         return msg_id
 
     def abandon_call(self, msg_id: int, reason: str) -> None:

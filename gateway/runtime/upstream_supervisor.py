@@ -56,6 +56,7 @@ async def spawn_process(config: Config) -> ServerConnection:
         max_bytes=config.max_message_bytes,
         env=config.env or None,
         cwd=config.cwd,
+        bounds=config.queue_bounds,
     )
 
 
