@@ -56,6 +56,8 @@ class PipeReader:
         # A chunk read for a `read` that was cancelled before it could return it.
         self._kept: bytes | None = None
         self._closed = False
+        # The writer is gone, though another process may hold the pipe open.
+        self._ending = False
 
     async def read(self) -> bytes:
         """The next chunk; b"" at end of stream (or once `release`d)."""
@@ -73,7 +75,8 @@ class PipeReader:
         try:
             return self._took(os.read(self.fd, READ_CHUNK))
         except BlockingIOError:
-            pass
+            if self._ending:
+                return self._took(b"")
         except OSError as exc:
             return self._took(self._read_error(exc))
         loop = self._loop
@@ -109,6 +112,11 @@ class PipeReader:
 
     async def _read_portably(self) -> bytes:
         while True:  # each pass reads once or waits for readiness
+            if self._ending:
+                try:
+                    return self._took(os.read(self.fd, READ_CHUNK))
+                except OSError:
+                    return self._took(b"")
             try:
                 await anyio.wait_readable(self.fd)
             except anyio.ClosedResourceError:
@@ -140,6 +148,19 @@ class PipeReader:
                 waiter.set_exception(raised)
                 return
         waiter.set_result(chunk)
+
+    def end_when_empty(self) -> None:
+        """The process that wrote is gone, but the pipe may stay open (a child
+        it forked inherited it): what is in the pipe still comes, then the
+        end of stream, instead of a wait for as long as the child lives."""
+        self._ending = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            try:
+                chunk = os.read(self.fd, READ_CHUNK)
+            except OSError:  # nothing there (BlockingIOError) or unreadable
+                chunk = b""
+            waiter.set_result(chunk)
 
     def release(self) -> None:
         """Stop watching the fd and wake a waiting `read` with end of stream.

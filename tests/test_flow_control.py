@@ -23,7 +23,8 @@ from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
 from gateway import flow_control, wire
 from gateway.flow_control import ERROR_ALLOWANCE, QueueBounds, Verdict
 from gateway.pipes import PipeReader, PipeWriter
-from tests.flow_harness import flow_gateway, wait_for_file, wait_for_log
+from tests.flow_harness import FLOOD, MODERN_META, flow_gateway, wait_for_file, wait_for_log
+from tests.test_upstream_watch import _gateway, _until_readyz
 
 pytestmark = pytest.mark.anyio
 
@@ -350,3 +351,67 @@ def test_real_sdk_progress_flood_through_the_gateway() -> None:
     assert outcome["flood"] == ["flooded 1000"]
     assert outcome["after"] == ["pong"]
     assert outcome["in_order"] and 0 < outcome["progress_seen"] <= 1000
+
+
+# -- class 2: a server's exit while a child holds its stdout --------------------
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+@pytest.mark.parametrize("modern", [True, False], ids=["modern", "legacy"])
+async def test_a_server_exit_is_seen_while_its_child_holds_stdout(
+    modern: bool, tmp_path: Path
+) -> None:
+    """Issue #29, class 2: a tool forks a child that inherits stdout, and the
+    server exits. The call in flight fails at once with upstream-failed (not
+    at its request_timeout), the child goes with the server's process group,
+    and the next request restarts the server."""
+    pid_file = tmp_path / "child.pid"
+    async with flow_gateway(modern=modern, upstream_request_timeout=60) as gw:
+        await gw.tool(1, "echo", {})
+        await gw.reply(1)
+        await gw.tool(2, "fork_and_exit", {"pid_file": str(pid_file)})
+        failed = await gw.reply(2, timeout=10)
+        assert failed["error"]["data"]["reason"] == "upstream-failed"
+        child = int(pid_file.read_text())
+        with anyio.fail_after(10):
+            while _alive(child):  # noqa: ASYNC110 - not our child: polled
+                await anyio.sleep(0.05)
+        await gw.tool(3, "echo", {"after": "restart"})
+        assert "restart" in (await gw.reply(3))["result"]["content"][0]["text"]
+
+
+async def test_readyz_turns_503_when_the_server_exits_while_its_child_holds_stdout(
+    tmp_path: Path,
+) -> None:
+    """Class 2 on the HTTP front: before, /readyz said 200 for as long as the
+    child lived. Now the exit is the crash it is: 503, then the restart."""
+    slow_restart = "[upstream]\nhealth_interval = 0.2\nrestart_backoff_initial = 3\n"
+    pid_file = tmp_path / "child.pid"
+    async with _gateway(tmp_path, ["--", *FLOOD], slow_restart) as (_, client):
+        await _until_readyz(client, 200)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "fork_and_exit",
+                "arguments": {"pid_file": str(pid_file)},
+                "_meta": MODERN_META,
+            },
+        }
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "fork_and_exit",
+        }
+        answer = await client.post("/mcp", json=call, headers=headers)
+        assert answer.json()["error"]["data"]["reason"] == "upstream-failed"
+        await _until_readyz(client, 503, within=3)
+        await _until_readyz(client, 200, within=15)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import subprocess
@@ -210,6 +211,10 @@ class StdioServerProcess:
         self._stderr = PipeReader(popen.stderr.fileno())
         self._pidfd = _open_pidfd(popen.pid)
         self._exit_lock = anyio.Lock(fast_acquire=True)
+        # Set by the exit watcher (run_background), the one waiter on the
+        # pidfd while it runs.
+        self._exit_seen = anyio.Event()
+        self._watching = False
         self._output = ServerOutput(max_bytes, self._reply_quietly, label=f"pid {self.pid}")
         self._ready: deque[wire.Message] = deque()
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
@@ -320,11 +325,27 @@ class StdioServerProcess:
 
     # -- background work ----------------------------------------------------
     async def run_background(self) -> None:
-        """The stdin flusher and the stderr pump, until the process goes."""
+        """The stdin flusher, the exit watcher and the stderr pump, until the
+        process goes."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._stdin.run_flusher)
+            tg.start_soon(self._watch_exit)
             await self._pump_stderr()
+            await self._exit_seen.wait()
             tg.cancel_scope.cancel()
+
+    async def _watch_exit(self) -> None:
+        """See the exit when it happens, not at the end of stdout: a child the
+        server forked may hold its stdout and stderr open for as long as it
+        lives (issue #29). Then the readers get what is left and end, so the
+        exit is handled as the crash it is."""
+        self._watching = True
+        try:
+            await self._poll_exit(math.inf)
+        finally:
+            self._exit_seen.set()
+        self._stdout.end_when_empty()
+        self._stderr.end_when_empty()
 
     async def _pump_stderr(self) -> None:
         """Forward the server's stderr to our log, in batches of lines
@@ -350,6 +371,13 @@ class StdioServerProcess:
 
     # -- stopping --------------------------------------------------------
     async def _wait_exit(self, timeout: float) -> int | None:
+        if self._watching:
+            with anyio.move_on_after(timeout):
+                await self._exit_seen.wait()
+            return self._popen.returncode
+        return await self._poll_exit(timeout)
+
+    async def _poll_exit(self, timeout: float) -> int | None:
         async with self._exit_lock:
             with anyio.move_on_after(timeout):
                 delay = EXIT_POLL_FIRST
@@ -373,6 +401,7 @@ class StdioServerProcess:
                 if await self._wait_exit(grace) is None:
                     self._signal(signal.SIGKILL)
                     await self._wait_exit(30)
+            await self._stop_group(grace)
             for reader, pipe in (
                 (self._stdout, self._popen.stdout),
                 (self._stderr, self._popen.stderr),
@@ -395,6 +424,35 @@ class StdioServerProcess:
         anyio.notify_closing(fileno())
         with contextlib.suppress(OSError):
             pipe.close()  # type: ignore[attr-defined]
+
+    async def _stop_group(self, grace: float) -> None:
+        """What the server left running in its process group (a child that
+        inherited its pipes, a browser, a language server) goes with it:
+        SIGTERM, then SIGKILL after `grace`. The group keeps the server's pid
+        as its id while any member lives, and Linux hands no new process an
+        id still in use as a group's, so this reaches that group alone."""
+        if not self._group_alive():
+            return
+        log.info("stopping what the upstream left running", pid=self.pid)
+        self._signal_group(signal.SIGTERM)
+        with anyio.move_on_after(grace):
+            delay = EXIT_POLL_FIRST
+            while self._group_alive():  # not our children: nothing to wait on but polling
+                await anyio.sleep(delay)
+                delay = min(delay * 2, EXIT_POLL_LAST)
+        if self._group_alive():
+            self._signal_group(signal.SIGKILL)
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
 
     def terminate(self) -> None:
         """SIGTERM now, without waiting for the server to notice its closed stdin."""

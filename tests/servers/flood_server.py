@@ -9,12 +9,14 @@ Tools:
   then the result; `done_file` is created once all were written.
 - `hold {release_file}`: stops reading stdin until `release_file` exists.
 - `echo {..., reply_pad?}`: the arguments back (and `reply_pad` bytes more).
-- `spawn_child {}`: forks a child that keeps stdout open and sleeps (class 2).
+- `fork_and_exit {pid_file}`: starts a child that inherits stdout and stderr
+  and sleeps, writes its pid to `pid_file`, then exits without answering.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,7 +37,7 @@ def result(msg_id: Any, res: dict[str, Any]) -> None:
 
 TOOLS = [
     {"name": name, "inputSchema": {"type": "object"}}
-    for name in ("flood", "hold", "echo", "spawn_child")
+    for name in ("flood", "hold", "echo", "fork_and_exit")
 ]
 
 
@@ -61,11 +63,12 @@ def call(msg_id: Any, params: dict[str, Any]) -> None:
         while not release.exists():  # a sync tool: nothing reads stdin meanwhile
             time.sleep(0.01)
         result(msg_id, {"content": [{"type": "text", "text": "released"}]})
-    elif name == "spawn_child":
+    elif name == "fork_and_exit":
         child = subprocess.Popen(  # inherits stdout: holds the pipe open after we exit
             [sys.executable, "-c", "import time; time.sleep(60)"]
         )
-        result(msg_id, {"content": [{"type": "text", "text": str(child.pid)}]})
+        Path(args["pid_file"]).write_text(str(child.pid))
+        os._exit(3)
     else:  # echo; `reply_pad` bytes are added to the reply
         text = json.dumps(args) + "r" * int(args.get("reply_pad", 0))
         result(msg_id, {"content": [{"type": "text", "text": text}]})
