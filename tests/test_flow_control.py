@@ -24,6 +24,7 @@ from gateway import flow_control, wire
 from gateway.flow_control import ERROR_ALLOWANCE, QueueBounds, Verdict
 from gateway.pipes import PipeReader, PipeWriter
 from tests.flow_harness import FLOOD, MODERN_META, flow_gateway, wait_for_file, wait_for_log
+from tests.test_stdio_e2e import alive
 from tests.test_upstream_watch import _gateway, _until_readyz
 
 pytestmark = pytest.mark.anyio
@@ -354,15 +355,6 @@ def test_real_sdk_progress_flood_through_the_gateway() -> None:
 
 
 # -- class 2: a server's exit while a child holds its stdout --------------------
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "zombie" not in status.read_text()
-
-
 @pytest.mark.parametrize("modern", [True, False], ids=["modern", "legacy"])
 async def test_a_server_exit_is_seen_while_its_child_holds_stdout(
     modern: bool, tmp_path: Path
@@ -380,7 +372,7 @@ async def test_a_server_exit_is_seen_while_its_child_holds_stdout(
         assert failed["error"]["data"]["reason"] == "upstream-failed"
         child = int(pid_file.read_text())
         with anyio.fail_after(10):
-            while _alive(child):  # noqa: ASYNC110 - not our child: polled
+            while alive(child):  # noqa: ASYNC110 - not our child: polled
                 await anyio.sleep(0.05)
         await gw.tool(3, "echo", {"after": "restart"})
         assert "restart" in (await gw.reply(3))["result"]["content"][0]["text"]

@@ -44,9 +44,12 @@ from gateway.backs.http_sent_call import SentCall, known
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
 from gateway.backs.http_stream import AnswerEvents, HttpRefusal, StreamReader
+from gateway.log_limit import LogLimiter
 from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
+# A server answering calls under each other's ids: one line a minute.
+foreign_log = LogLimiter(log)
 
 _ids = itertools.count(1)
 
@@ -298,7 +301,17 @@ class HttpServerConnection:
         self._wake.set()
 
     def _push_unattached(self, msg: wire.Message) -> None:
-        if "method" in msg and "id" in msg:
+        if "method" not in msg:
+            # The GET stream carries no replies (2025-11-25 "Listening for
+            # Messages from the Server"): one there would be routed by its id
+            # alone, to whichever call has it.
+            foreign_log.warning(
+                "upstream sent a reply on its GET stream; dropped",
+                url=self.url,
+                got=str(msg.get("id"))[:64],
+            )
+            return
+        if "id" in msg:
             self._unattached.add(msg["id"])
         self._push(msg)
 
@@ -488,10 +501,26 @@ class HttpServerConnection:
         msg_id = request["id"]
 
         def deliver(msg: wire.Message) -> None:
-            if "method" not in msg and msg.get("id") == msg_id:
+            if "method" not in msg and msg.get("id") != msg_id:
+                # A reply belongs to the exchange it came on (issue #29): one
+                # under another call's id (another principal's, perhaps) must
+                # never reach that call. This exchange's own call fails.
+                foreign_log.warning(
+                    "upstream answered another call's id on this exchange",
+                    url=self.url,
+                    expected=msg_id,
+                    got=str(msg.get("id"))[:64],
+                )
+                msg = wire.gateway_error(
+                    msg_id,
+                    wire.INTERNAL_ERROR,
+                    "Upstream server failed: it answered this request with another request's id",
+                    reason="upstream-failed",
+                )
+            if "method" not in msg:
                 self._inflight.pop(msg_id, None)
                 self._session.observe_reply(request, msg)
-            elif "method" in msg and "id" not in msg:
+            elif "id" not in msg:
                 self._origins[id(msg)] = msg_id
             self._push(msg)
 
