@@ -37,6 +37,7 @@ class FlowClient:
         self.messages: list[dict[str, Any]] = []
         self.stderr = bytearray()
         self._arrived = anyio.Event()
+        self.logged = anyio.Event()
         self._buf = b""
 
     # -- writing --------------------------------------------------------
@@ -107,6 +108,8 @@ class FlowClient:
         assert self.process.stderr is not None
         async for chunk in self.process.stderr:
             self.stderr += chunk
+            self.logged.set()
+            self.logged = anyio.Event()
 
     def replies(self) -> dict[Any, dict[str, Any]]:
         return {m["id"]: m for m in self.messages if "method" not in m}
@@ -164,18 +167,14 @@ async def flow_gateway(
             process.kill()
 
 
-async def wait_for_file(path: Path, timeout: float = 20) -> None:
-    """Another process's doing, on its own clock: polled."""
-    with anyio.fail_after(timeout):
-        while not path.exists():  # noqa: ASYNC110, ASYNC240 - a stat; nothing else to wait on
-            await anyio.sleep(0.01)
-
-
-async def wait_for_log(client: FlowClient, event: str, timeout: float = 20) -> dict[str, Any]:
-    """The gateway's log line `event` (its stderr, read by the client)."""
+async def wait_for_log(
+    client: FlowClient, event: str, timeout: float = 20, **fields: object
+) -> dict[str, Any]:
+    """The gateway's first log line `event` with `fields` (its stderr, read
+    by the client), waiting for each read of stderr in turn."""
     with anyio.fail_after(timeout):
         while True:  # each pass looks at what stderr brought so far
             for line in client.log_events():
-                if line.get("event") == event:
+                if line.get("event") == event and all(line.get(k) == v for k, v in fields.items()):
                     return line
-            await anyio.sleep(0.01)
+            await client.logged.wait()

@@ -23,7 +23,7 @@ from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
 from gateway import flow_control, wire
 from gateway.flow_control import ERROR_ALLOWANCE, QueueBounds, Verdict
 from gateway.pipes import PipeReader, PipeWriter
-from tests.flow_harness import FLOOD, MODERN_META, flow_gateway, wait_for_file, wait_for_log
+from tests.flow_harness import FLOOD, MODERN_META, flow_gateway, wait_for_log
 from tests.test_stdio_e2e import alive
 from tests.test_upstream_watch import _gateway, _until_readyz
 
@@ -133,15 +133,14 @@ async def test_writes_never_wait_for_a_peer_that_does_not_read() -> None:
 
 # -- the whole gateway over real pipes ----------------------------------------
 @pytest.mark.parametrize("modern", [True, False], ids=["modern", "legacy"])
-async def test_a_progress_flood_toward_a_paused_client(modern: bool, tmp_path: Path) -> None:
+async def test_a_progress_flood_toward_a_paused_client(modern: bool) -> None:
     """Issue #29 trigger: 3,000 progress messages of 1 KB while the client does
     not read. The call's reply and the next call's arrive; progress past the
     notification bound is dropped, said in one log line."""
-    done = tmp_path / "done"
     async with flow_gateway(modern=modern) as gw:
         gw.pause()
-        await gw.tool(1, "flood", {"count": 3000, "size": 1000, "done_file": str(done)}, "p")
-        await wait_for_file(done)
+        await gw.tool(1, "flood", {"count": 3000, "size": 1000}, "p")
+        await wait_for_log(gw, "upstream stderr", line="flood done")
         await gw.tool(2, "echo", {"after": "flood"})
         dropped = await wait_for_log(gw, CLIENT_DROPS)
         gw.resume()
@@ -158,17 +157,14 @@ async def test_a_progress_flood_toward_a_paused_client(modern: bool, tmp_path: P
     assert [e["event"] for e in gw.log_events()].count(CLIENT_DROPS) == 1
 
 
-async def test_log_messages_toward_a_paused_client_are_dropped_not_queued(
-    tmp_path: Path,
-) -> None:
+async def test_log_messages_toward_a_paused_client_are_dropped_not_queued() -> None:
     """The same for notifications/message (a call with no progress token)."""
-    done = tmp_path / "done"
     async with flow_gateway(modern=False) as gw:
         await gw.request(9, "logging/setLevel", {"level": "info"})
         await gw.reply(9)
         gw.pause()
-        await gw.tool(1, "flood", {"count": 3000, "size": 1000, "done_file": str(done)})
-        await wait_for_file(done)
+        await gw.tool(1, "flood", {"count": 3000, "size": 1000})
+        await wait_for_log(gw, "upstream stderr", line="flood done")
         await wait_for_log(gw, CLIENT_DROPS)
         gw.resume()
         assert (await gw.reply(1))["result"]["content"][0]["text"] == "flooded 3000"
@@ -355,6 +351,20 @@ def test_real_sdk_progress_flood_through_the_gateway() -> None:
 
 
 # -- class 2: a server's exit while a child holds its stdout --------------------
+async def _exited(pid: int, timeout: float = 10) -> None:
+    """Not our child, but its pidfd turns readable when it exits."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        with anyio.fail_after(timeout):
+            await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
+    assert not alive(pid)
+
+
 @pytest.mark.parametrize("modern", [True, False], ids=["modern", "legacy"])
 async def test_a_server_exit_is_seen_while_its_child_holds_stdout(
     modern: bool, tmp_path: Path
@@ -371,9 +381,7 @@ async def test_a_server_exit_is_seen_while_its_child_holds_stdout(
         failed = await gw.reply(2, timeout=10)
         assert failed["error"]["data"]["reason"] == "upstream-failed"
         child = int(pid_file.read_text())
-        with anyio.fail_after(10):
-            while alive(child):  # noqa: ASYNC110 - not our child: polled
-                await anyio.sleep(0.05)
+        await _exited(child)
         await gw.tool(3, "echo", {"after": "restart"})
         assert "restart" in (await gw.reply(3))["result"]["content"][0]["text"]
 

@@ -29,6 +29,7 @@ class CrossingServer:
     def __init__(self, as_sse: bool) -> None:
         self.as_sse = as_sse
         self.held_id: Any = None
+        self.holding = anyio.Event()
         self.release = anyio.Event()
 
     async def __call__(self, req: HttpRequest, server: HttpServer) -> Reply:
@@ -36,6 +37,7 @@ class CrossingServer:
         name = (msg.get("params") or {}).get("name")
         if name == "held":
             self.held_id = msg["id"]
+            self.holding.set()
             await self.release.wait()
             return Reply.json(wire.result_response(msg["id"], _text("the held call's own")))
         forged = wire.result_response(self.held_id, _text("written for the other call"))
@@ -62,8 +64,7 @@ async def test_a_reply_under_a_foreign_id_fails_its_own_exchange_only(
         held = modern(1, "tools/call", name="held", arguments={})
         await conn.send(held)
         with anyio.fail_after(5):
-            while handler.held_id is None:  # noqa: ASYNC110 - the server's task, polled
-                await anyio.sleep(0.01)
+            await handler.holding.wait()
         with structlog.testing.capture_logs() as logs:
             seen = await until_reply(conn, 2) if await _send(conn, 2) else []
         crossing = next(m for m in seen if "method" not in m and m.get("id") == 2)

@@ -4,9 +4,9 @@ stops (a sync tool blocking its loop), and when it writes it writes as fast
 as the pipe takes.
 
 Tools:
-- `flood {count, size, done_file?}`: `count` progress notifications of about
-  `size` bytes on the call's progress token (log messages when it has none),
-  then the result; `done_file` is created once all were written.
+- `flood {count, size}`: `count` progress notifications of about `size`
+  bytes on the call's progress token (log messages when it has none), then
+  "flood done" on stderr (the gateway's log carries it), then the result.
 - `hold {release_file}`: stops reading stdin until `release_file` exists.
 - `echo {..., reply_pad?}`: the arguments back (and `reply_pad` bytes more).
 - `fork_and_exit {pid_file}`: starts a child that inherits stdout and stderr
@@ -54,8 +54,8 @@ def call(msg_id: Any, params: dict[str, Any]) -> None:
             else:
                 log = {"level": "info", "data": pad}
                 send({"jsonrpc": "2.0", "method": "notifications/message", "params": log})
-        if args.get("done_file"):
-            Path(args["done_file"]).touch()
+        sys.stderr.write("flood done\n")
+        sys.stderr.flush()
         text = f"flooded {args.get('count', 0)}"
         result(msg_id, {"content": [{"type": "text", "text": text}]})
     elif name == "hold":
