@@ -77,11 +77,15 @@ def table(**settings: Any) -> HoldTable:
 
 
 def held(
-    caps: dict[str, Any] | None = None, rounds: int = 5, replay: bool = False, handle: str = "h"
+    caps: dict[str, Any] | None = None,
+    rounds: int = 5,
+    replay: bool = False,
+    handle: str = "h",
+    principal: str = "p",
 ) -> core.HeldCall:
     return core.HeldCall(
         handle=None if replay else handle,
-        principal="p",
+        principal=principal,
         method="tools/call",
         digest="d",
         client_caps=ALL if caps is None else caps,
@@ -614,6 +618,39 @@ def test_an_expired_call_frees_its_parked_slot() -> None:
     )
 
 
+def test_one_principal_parks_at_most_its_share_and_others_still_park() -> None:
+    """Issue #29 class 4: a principal that parks calls and walks away fills
+    its share of max_parked_calls, not the pool; another principal's call is
+    still taken, and a slot freed by expiry is the first principal's again."""
+    t = table(max_parked_calls=4, max_parked_per_principal=1)
+    playbook, _ = parked(t, ASK_NAME)
+    assert (
+        playbook
+        >> CallArrived(2, 9, held(handle="h2"), 11.0)
+        << ReplyToClient(
+            wire.gateway_error(
+                9, wire.INTERNAL_ERROR, matching("limit 1 per principal"), reason="parked-limit"
+            )
+        )
+        >> CallArrived(3, 10, held(handle="h3", principal="q"), 12.0)
+        << StartTimer(SessionDue(3), 12.0 + RT)
+        << AcquireSession(3, 10)
+        >> TimerFired(Expiry(1), 70.0)
+        << CancelTimer(Expiry(1))
+        << RefuseServerAsks(1, (wire.error_response("srv-1", wire.INTERNAL_ERROR, matching("")),))
+        << StartTimer(WindDown(1), 70.0 + WIND)
+        >> CallArrived(4, 11, held(handle="h4"), 71.0)
+        << StartTimer(SessionDue(4), 71.0 + RT)
+        << AcquireSession(4, 11)
+    )
+    assert t.shares.by_principal == {}  # nothing parked: no entry left behind
+
+
+def test_the_default_share_is_most_of_the_pool_but_not_all() -> None:
+    t = table(max_parked_calls=8)
+    assert t.settings.parked_share.per_principal == 6
+
+
 def test_limits_parked_calls_rounds_and_asks() -> None:
     t = table(max_parked_calls=1, max_asks=1)
     playbook, _ = parked(t, ASK_NAME)
@@ -1094,6 +1131,8 @@ def test_any_order_of_events_keeps_the_rules(data: Any) -> None:
     d.feed(CallArrived(1, 1, held(caps=ALL, rounds=3), 0.0))
     for _ in range(40):
         d.step(data)
+        # The principal's share counts exactly the calls parked (class 4).
+        assert d.t.shares.total == len(d.t.parked) == d.t.shares.held("p")
     if not d.running and d.acquiring is None and d.awaiting is None and not d.t.parked:
         assert not d.t.calls
 

@@ -214,10 +214,22 @@ def _check_bounds(cfg: Config) -> None:
         "http_max_concurrent",
         "http_max_connections",
         "tasks_max_live",
+        "max_listen_uris",
     )
     for name in at_least_one:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{keys.where(name)} must be at least 1", settings=(name,))
+    for share, total in (
+        ("max_parked_per_principal", "max_parked_calls"),
+        ("tasks_max_live_per_principal", "tasks_max_live"),
+        ("http_max_sessions_per_principal", "http_max_sessions"),
+    ):
+        if not 0 <= getattr(cfg, share) <= getattr(cfg, total):
+            raise ConfigError(
+                f"{keys.where(share)} must be 0 (three quarters of {keys.where(total)}) "
+                f"or a count of at most {keys.where(total)}",
+                settings=(share, total),
+            )
     if cfg.max_message_bytes < 1024:
         raise ConfigError(
             "max_message_bytes must be at least 1024", settings=("max_message_bytes",)

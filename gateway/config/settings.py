@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.config import checks
 from gateway.config.checks import normalize_listen
+from gateway.core.fair_share import Share
 from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
 from gateway.translate import CacheHint
 
@@ -31,6 +32,9 @@ class Config:
     # Legacy upstream processes (or HTTP sessions) across all principals; past
     # it the least recently used idle one is stopped.
     max_processes: int = 16
+    # `subscriptions/listen`: resource URIs one listen may name (each is an
+    # upstream resources/subscribe).
+    max_listen_uris: int = 1000
     # Bounds (seconds, bytes, counts)
     probe_timeout: float = 5.0
     startup_timeout: float = 30.0
@@ -75,6 +79,9 @@ class Config:
     # a window (seconds) also waits for ones written further apart.
     input_batch_window: float = 0.0
     max_parked_calls: int = 1000
+    # Shares of the shared pools (core/fair_share.py): how much of each one
+    # principal may hold; 0 is three quarters of the pool's total.
+    max_parked_per_principal: int = 0
     replay_tools: tuple[str, ...] = ()  # fnmatch patterns of idempotent tools: replay mode
     # Tasks (the 2026-07-28 extension io.modelcontextprotocol/tasks): for
     # legacy clients of a server that offers it, the gateway declares it and
@@ -91,6 +98,7 @@ class Config:
     tasks_after: float = 2.0
     tasks_ttl: float = 3600.0
     tasks_max_live: int = 1000
+    tasks_max_live_per_principal: int = 0  # of each kind of task (0: 3/4 of max_live)
     # [upstream] roots: answer roots/list when no client call can carry it
     static_roots: tuple[dict[str, Any], ...] = ()
     # HTTP front (--listen HOST:PORT)
@@ -100,6 +108,7 @@ class Config:
     # name -> bearer token for /metrics and /readyz details (http_tokens when empty)
     http_admin_tokens: dict[str, str] = field(default_factory=dict)
     http_max_sessions: int = 1000
+    http_max_sessions_per_principal: int = 0  # 0: 3/4 of max_sessions
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
     # Connection limits (gateway/fronts/http_limits.py and its parts)
@@ -157,6 +166,15 @@ class Config:
         # A reply of the largest size always fits a peer's empty queue.
         queue = max(self.max_queued_bytes, self.max_message_bytes)
         return QueueBounds(queue, self.max_queued_notification_bytes)
+
+    @property
+    def task_share(self) -> Share:
+        """Live tasks of each kind: the total and one principal's share."""
+        return Share.of(self.tasks_max_live, self.tasks_max_live_per_principal)
+
+    @property
+    def http_session_share(self) -> Share:
+        return Share.of(self.http_max_sessions, self.http_max_sessions_per_principal)
 
     @property
     def tracing(self) -> bool:

@@ -26,6 +26,7 @@ from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
 from gateway.core import mrtr_retry_door
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
+from gateway.core.fair_share import ShareCount
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
     AnswerServer,
@@ -76,6 +77,11 @@ class HoldTable:
         """Parked calls by handle: the ones a retry can continue."""
         return self.book.parked
 
+    @property
+    def shares(self) -> ShareCount:
+        """What each principal has parked."""
+        return self.book.shares
+
     # -- events -----------------------------------------------------------------
     def handle(self, event: Event) -> list[Command]:
         # Dispatch on the event's type; each handler returns the commands in order.
@@ -122,9 +128,12 @@ class HoldTable:
         return []
 
     def _call_arrived(self, event: CallArrived) -> list[Command]:
-        limit = self.settings.max_parked_calls
-        if len(self.parked) >= limit:
-            return [ReplyToClient(replies.parked_limit(event.client_id, limit))]
+        # Checked as a call arrives: what one principal may park past its
+        # share is its calls in flight at that moment (a bound of their own).
+        refusal = self.shares.refusal(event.call.principal)
+        if refusal is not None:
+            share = self.settings.parked_share
+            return [ReplyToClient(replies.parked_limit(event.client_id, share, refusal))]
         hold = self.calls[event.key] = Hold(event.key, event.call)
         return self._acquire(hold, event.client_id, event.now)
 

@@ -8,6 +8,7 @@ from typing import Any
 from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_shapes
+from gateway.core.fair_share import Share
 from gateway.core.request_state import Claims, Sealer, StateRejected
 
 # -- to the client ----------------------------------------------------------------
@@ -32,8 +33,16 @@ def retry_in_progress(client_id: wire.RequestId) -> wire.Message:
     return invalid(client_id, StateRejected(why, reason="retry-in-progress"))
 
 
-def parked_limit(client_id: wire.RequestId, limit: int) -> wire.Message:
-    message = f"Too many calls waiting for client input (limit {limit})"
+def parked_limit(client_id: wire.RequestId, share: Share, refusal: str) -> wire.Message:
+    """No room to park one more call: the gateway's (`total`) or this
+    principal's share of it."""
+    if refusal == "total":
+        message = f"Too many calls waiting for client input (limit {share.total})"
+    else:
+        message = (
+            "Too many calls of this client waiting for its input "
+            f"(limit {share.per_principal} per principal)"
+        )
     return wire.gateway_error(client_id, wire.INTERNAL_ERROR, message, reason="parked-limit")
 
 

@@ -19,6 +19,7 @@ from gateway import wire
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
 from gateway.core.engine import CancelTimer, Command, Log, StartTimer
+from gateway.core.fair_share import Share, ShareCount
 from gateway.core.mrtr_hold_events import (
     CallKey,
     CancelUpstream,
@@ -43,6 +44,12 @@ class HoldSettings:
     # Honoured re-run states (replay, -32042 re-send) remembered until they
     # expire, so that each runs the call once: about 100 bytes each.
     rerun_states: int = 100_000
+    # Parked calls one principal may hold (0: fair_share.default_share).
+    max_parked_per_principal: int = 0
+
+    @property
+    def parked_share(self) -> Share:
+        return Share.of(self.max_parked_calls, self.max_parked_per_principal)
 
 
 @dataclass(eq=False, slots=True)
@@ -76,6 +83,8 @@ class CallBook:
         # Parked calls whose upstream failed: their slot is free, and their
         # retry gets this failure (oldest dropped first).
         self.failed: OrderedDict[str, wire.Message] = OrderedDict()
+        # What each principal has parked: a share of max_parked_calls.
+        self.shares = ShareCount(settings.parked_share)
 
     # -- what the runtime's waits ask ------------------------------------------
     def ready(self, key: CallKey) -> bool:
@@ -105,7 +114,9 @@ class CallBook:
     def park(self, hold: Hold, now: float) -> list[Command]:
         handle = hold.call.handle
         assert handle is not None
-        self.parked[handle] = hold.key
+        if self.parked.get(handle) != hold.key:  # parked again after a round: counted once
+            self.parked[handle] = hold.key
+            self.shares.take(hold.call.principal)
         # While the client gathers input the server waits on us, so nothing on
         # the wire can be this call's: the session is free for other calls
         # until the retry takes it back (a client that never retries must not
@@ -120,6 +131,7 @@ class CallBook:
         handle = hold.call.handle
         if handle is not None and self.parked.get(handle) == hold.key:
             del self.parked[handle]
+            self.shares.release(hold.call.principal)
             return [CancelTimer(Expiry(hold.key))]
         return []
 

@@ -10,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from gateway import era
 from gateway.core import legacy_handshake
+from gateway.core.fair_share import default_share
 from gateway.upstream_errors import UpstreamBusy
 
 
@@ -122,15 +123,19 @@ def room_bounds(
     """The bounds a new session for `key` must fit, in the order they apply,
     given the other live sessions. DESIGN §5.1.1: a legacy session is never
     shared across principals; `max_sessions` bounds one principal's sessions
-    (one per declared feature set), `max_processes` bounds them all."""
+    (one per declared feature set, and never more than the default share of
+    the processes), `max_processes` bounds them all."""
     if upstream_era is era.Era.MODERN and not key.dual_legacy:
         modern = [s for s in others if not s.key.dual_legacy]
         return [Bound(modern, MODERN_CONNECTIONS, "upstream connections")]
     # (A dual-era server's modern connections are not legacy sessions.)
     legacy = [s for s in others if s.key.dual_legacy == key.dual_legacy]
     own = [s for s in legacy if s.key.principal == key.principal]
+    # Issue #29 class 4: busy sessions are never evicted, so one principal
+    # holding every process would refuse all others; it gets a share.
+    own_limit = min(max_sessions, default_share(max_processes))
     return [
-        Bound(own, max_sessions, "upstream sessions of this client (max_sessions)"),
+        Bound(own, own_limit, "upstream sessions of this client (max_sessions)"),
         Bound(legacy, max_processes, "upstream processes (max_processes)"),
     ]
 

@@ -14,12 +14,14 @@ the clocks and the replies come from the runtime (runtime/task_runner.py).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from gateway import wire
 from gateway.core import mrtr_shapes
+from gateway.core.fair_share import Share, ShareCount
 from gateway.core.task_shapes import (
     CANCELLED,
     COMPLETED,
@@ -85,21 +87,42 @@ class TaskRecord:
 
 
 class TaskBook:
-    def __init__(self, max_live: int, ttl_ms: int, poll_ms: int) -> None:
-        self.max_live = max_live
+    """The tasks of one kind. Tasks still running count against `share`
+    (SEP-2663 and 2025-11-25 "Resource Management": "limits on concurrent
+    tasks per requestor"); an ended task keeps its record for its time to
+    live, for tasks/get and tasks/result, but no slot. Ended records are
+    bounded by `share` as well: past it the oldest ended record of the
+    principal that keeps the most goes, a record whose result was read
+    before one whose result was not."""
+
+    def __init__(self, share: Share | int, ttl_ms: int, poll_ms: int) -> None:
+        self.share = share if isinstance(share, Share) else Share.of(share)
         self.ttl_ms = ttl_ms
         self.poll_ms = poll_ms
         self.tasks: dict[str, TaskRecord] = {}
         self.created = 0  # tasks created, ever
+        self.live = ShareCount(self.share)  # running tasks, by principal
+        self.kept = ShareCount(self.share)  # ended records, by principal
+        # Ended records, the next to go first.
+        self._ended: OrderedDict[str, None] = OrderedDict()
 
-    def has_room(self) -> bool:
-        return len(self.tasks) < self.max_live
+    @property
+    def max_live(self) -> int:
+        return self.share.total
+
+    def has_room(self, principal: str) -> bool:
+        return self.refusal(principal) is None
+
+    def refusal(self, principal: str) -> str | None:
+        """Why `principal` may not start one more task ("total": every slot
+        is taken; "share": its own share is), or None."""
+        return self.live.refusal(principal)
 
     def create(
         self, task_id: str, principal: str, now: float, now_ms: int, ttl_ms: int | None = None
     ) -> TaskRecord:
         """`ttl_ms`: this task's time to live, when not the book's."""
-        assert self.has_room() and task_id not in self.tasks
+        assert self.has_room(principal) and task_id not in self.tasks
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
         record = TaskRecord(
             task_id,
@@ -110,6 +133,7 @@ class TaskBook:
             poll_ms=self.poll_ms,
         )
         self.tasks[task_id] = record
+        self.live.take(principal)
         self.created += 1
         return record
 
@@ -122,7 +146,7 @@ class TaskBook:
         if record is None or record.principal != principal:
             return None
         if now >= record.expires_at:
-            del self.tasks[task_id]
+            self._forget(record)
             return None
         return record
 
@@ -132,8 +156,38 @@ class TaskBook:
         for the runtime to stop."""
         gone = [r for r in self.tasks.values() if now >= r.expires_at]
         for record in gone:
-            del self.tasks[record.task_id]
+            self._forget(record)
         return [r for r in gone if not r.terminal]
+
+    def result_read(self, record: TaskRecord) -> None:
+        """Its client has the ended task's result: the record goes first."""
+        if record.task_id in self._ended:
+            self._ended.move_to_end(record.task_id, last=False)
+
+    def _forget(self, record: TaskRecord) -> None:
+        del self.tasks[record.task_id]
+        if record.task_id in self._ended:
+            del self._ended[record.task_id]
+            self.kept.release(record.principal)
+        else:
+            self.live.release(record.principal)
+
+    def _ended_now(self, record: TaskRecord) -> None:
+        """The task just reached a terminal status: its slot is free, and its
+        record joins the ended ones, within their bound."""
+        self.live.release(record.principal)
+        while self.kept.refusal(record.principal) is not None:
+            self._drop_an_ended(record.principal)
+        self.kept.take(record.principal)
+        self._ended[record.task_id] = None
+
+    def _drop_an_ended(self, principal: str) -> None:
+        if self.kept.refusal(principal) == "share":
+            victim = principal
+        else:  # the book is full: the principal that keeps the most gives one up
+            victim = max(self.kept.by_principal, key=self.kept.by_principal.__getitem__)
+        task_id = next(t for t in self._ended if self.tasks[t].principal == victim)
+        self._forget(self.tasks[task_id])
 
     # -- what the call's rounds bring -------------------------------------------
     def settle(self, record: TaskRecord, reply: wire.Message, now_ms: int) -> None:
@@ -156,10 +210,13 @@ class TaskBook:
         if isinstance(result, dict):
             record.status = COMPLETED
             record.result = {k: v for k, v in result.items() if k != "resultType"}
-            return
-        error = reply.get("error")
-        record.status = FAILED
-        record.error = error if isinstance(error, dict) else {"code": -32603, "message": "failed"}
+        else:
+            error = reply.get("error")
+            record.status = FAILED
+            record.error = (
+                error if isinstance(error, dict) else {"code": -32603, "message": "failed"}
+            )
+        self._ended_now(record)
 
     def answer(self, record: TaskRecord, responses: dict[str, Any]) -> dict[str, Any] | None:
         """Take a tasks/update's answers: those for outstanding keys count,
@@ -196,4 +253,5 @@ class TaskBook:
         record.input_requests = None
         record.request_state = None
         record.answers = {}
+        self._ended_now(record)
         return True

@@ -135,9 +135,8 @@ class HttpFront:
         path, method = scope["path"], scope["method"]
         principal = self.access.principal(headers)
         if path == STREAM_PATH and method == "GET":
-            await self.sse.open_stream(
-                principal, len(self.sessions), receive, send, client_gone(scope)
-            )
+            refusal = self._sessions.refusal(principal)
+            await self.sse.open_stream(principal, refusal, receive, send, client_gone(scope))
         elif path == MESSAGES_PATH and method == "POST":
             await self.sse.post(scope.get("query_string", b""), headers, principal, receive, send)
         else:

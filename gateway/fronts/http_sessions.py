@@ -6,13 +6,17 @@ DELETE, idle expiry or shutdown; each with its GET stream (2025-11-25
 
 from __future__ import annotations
 
+import itertools
 import secrets
-from collections.abc import Sized
+from collections.abc import Mapping
+from typing import Protocol
 
 import anyio
 import structlog
 
 from gateway import wire
+from gateway.client_link import ClientLink
+from gateway.core import fair_share
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.asgi import Receive, Send
 from gateway.fronts.http_answers import HttpError, serve_session_stream
@@ -25,14 +29,25 @@ from gateway.loop_clock import LazyClock
 log = structlog.get_logger("gateway.fronts.http")
 
 
+class HasLink(Protocol):
+    @property
+    def link(self) -> ClientLink: ...
+
+
+def too_many(refusal: str) -> str:
+    """The 503's words for a session refused by `HttpSessions.refusal`."""
+    if refusal == "total":
+        return "Too many sessions"
+    return "Too many sessions for this client ([http] max_sessions_per_principal)"
+
+
 class HttpSessions:
     def __init__(self, service: GatewayPort, calls: HttpCalls) -> None:
         self.service = service
         self.calls = calls
         self.by_id: dict[str, LegacySession] = {}
         # The front's other legacy sessions (HTTP+SSE), under the same limit.
-        self.others: Sized = ()
-        self._max = service.config.http_max_sessions
+        self.others: Mapping[str, HasLink] = {}
         self._now = LazyClock()  # find() is on every legacy request's path
 
     async def initialize(
@@ -40,8 +55,9 @@ class HttpSessions:
     ) -> None:
         """Run a legacy `initialize`; its answer carries the new session's id
         if it opened a session upstream."""
-        if len(self.by_id) + len(self.others) >= self._max:
-            raise HttpError(503, "Too many sessions", wire.INTERNAL_ERROR, msg.get("id"))
+        refusal = self.refusal(principal)
+        if refusal is not None:
+            raise HttpError(503, too_many(refusal), wire.INTERNAL_ERROR, msg.get("id"))
         output, link = http_link(principal)
         session = LegacySession(secrets.token_urlsafe(24), link, output)
         self.service.links.add(link)
@@ -62,6 +78,14 @@ class HttpSessions:
         finally:
             if not opened or opened[0] is None:
                 self.service.drop_link(link)
+
+    def refusal(self, principal: str) -> str | None:
+        """Whether `principal` may open one more legacy session, of either
+        transport: "total" past `[http] max_sessions`, "share" past its own
+        `max_sessions_per_principal`, else None."""
+        holders = itertools.chain(self.by_id.values(), self.others.values())
+        share = self.service.config.http_session_share
+        return fair_share.refusal_among((s.link.principal for s in holders), principal, share)
 
     def find(
         self, session_id: str | None, principal: str, msg_id: wire.RequestId | None

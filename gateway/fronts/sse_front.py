@@ -24,6 +24,7 @@ from gateway.core import http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, read_body, respond_empty
+from gateway.fronts.http_sessions import too_many
 from gateway.fronts.metrics import Metrics
 from gateway.fronts.port import GatewayPort
 from gateway.fronts.sse_sessions import SESSION_ID, SseSession, SseSessions
@@ -54,16 +55,17 @@ class SseFront:
     async def open_stream(
         self,
         principal: str,
-        open_elsewhere: int,
+        refusal: str | None,
         receive: Receive,
         send: Send,
         gone: ClientGone | None = None,
     ) -> None:
-        """`open_elsewhere`: the front's other legacy sessions, which count
-        against the same `[http] max_sessions`; `gone`: the server's word on
-        the client, when it gives one (and its way to drop the connection)."""
-        if len(self.sessions.by_id) + open_elsewhere >= self.config.http_max_sessions:
-            raise HttpError(503, "Too many sessions")
+        """`refusal`: why the front's legacy sessions of both transports
+        (HttpSessions.refusal) leave no room for one more, if they do;
+        `gone`: the server's word on the client, when it gives one (and its
+        way to drop the connection)."""
+        if refusal is not None:
+            raise HttpError(503, too_many(refusal))
         session = self.sessions.open(principal)
         try:
             # The id in a header too: a load balancer cannot read it in the

@@ -138,7 +138,7 @@ class ClientCalls:
         if decision.shape is routing.Shape.TO_MODERN and (
             MrtrBridge.takes(decision, msg)
             or decision.method in task_shapes.TASK_METHODS
-            or self.tasks.takes(decision, msg)
+            or self.tasks.takes(link, decision, msg)
         ):
             return False
         if decision.shape is routing.Shape.TO_LEGACY and (
@@ -311,9 +311,18 @@ class ClientCalls:
         ):
             # DESIGN §5.2.6: served by the session's upstream listen.
             uri = (decision.params or {}).get("uri")
-            await self.session_listen(link).change(
-                session, uri, decision.method == "resources/subscribe"
-            )
+            listen, add = self.session_listen(link), decision.method == "resources/subscribe"
+            limit = self.config.max_listen_uris
+            if add and uri not in listen.uris and len(listen.uris) >= limit:
+                # Each one more widens the session's upstream listen filter.
+                return wire.gateway_error(
+                    msg["id"],
+                    wire.INTERNAL_ERROR,
+                    f"Too many resource subscriptions on this session "
+                    f"(at most {limit}, [upstream] max_listen_uris)",
+                    reason="subscription-limit",
+                )
+            await listen.change(session, uri, add)
             return wire.result_response(msg["id"], {})
         if to_modern and decision.method == "subscriptions/listen":
             return await self.listens.listen(link, msg, session)
@@ -330,7 +339,7 @@ class ClientCalls:
             return self.legacy_tasks.call(link, msg, decision, session)
         if to_modern and decision.method in task_shapes.TASK_METHODS:
             return await self.tasks.serve(link, msg)
-        if to_modern and self.tasks.takes(decision, msg):
+        if to_modern and self.tasks.takes(link, decision, msg):
             return await self.tasks.call(link, msg, decision, session)
         if to_modern and MrtrBridge.takes(decision, msg):
             return await self.bridge.call(link, msg, decision, session)

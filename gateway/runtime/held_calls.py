@@ -86,6 +86,7 @@ class MrtrBridge:
         settings = HoldSettings(
             state_ttl=config.state_ttl,
             max_parked_calls=config.max_parked_calls,
+            max_parked_per_principal=config.max_parked_per_principal,
             request_timeout=config.request_timeout,
             wind_down=WIND_DOWN,
         )

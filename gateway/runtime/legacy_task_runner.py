@@ -70,7 +70,7 @@ class LegacyTaskRunner:
         self.on_session = on_session
         self.legacy_input = legacy_input
         self.book = TaskBook(
-            config.tasks_max_live,
+            config.task_share,
             ttl_ms=int(config.tasks_max_wait * 1000),
             poll_ms=int(config.tasks_poll_interval * 1000),
         )
@@ -89,11 +89,18 @@ class LegacyTaskRunner:
     ) -> wire.Message:
         """Start the call as a task; the CreateTaskResult."""
         msg_id = msg["id"]
-        if not self.book.has_room():
+        refusal = self.book.refusal(link.principal)
+        if refusal is not None:
+            share = self.book.share
+            limit = (
+                f"[tasks] max_live = {share.total}"
+                if refusal == "total"
+                else f"{share.per_principal} per principal, [tasks] max_live_per_principal"
+            )
             return wire.gateway_error(
                 msg_id,
                 wire.INTERNAL_ERROR,
-                f"Too many tasks in progress ([tasks] max_live = {self.config.tasks_max_live})",
+                f"Too many tasks in progress ({limit})",
                 reason="too-many-tasks",
             )
         assert self._tg is not None
@@ -190,6 +197,7 @@ class LegacyTaskRunner:
                 await ended.wait()
         if not record.terminal:
             return task_shapes.not_found(msg_id, record.task_id)  # expired meanwhile
+        self.book.result_read(record)
         return legacy_tasks.outcome(msg_id, record)
 
     # -- expiry ------------------------------------------------------------------------------

@@ -49,6 +49,14 @@ class Listens:
             wanted = subs.parse_filter(msg.get("params"))
         except subs.BadFilter as exc:
             return wire.error_response(msg_id, wire.INVALID_PARAMS, f"Invalid params: {exc}")
+        limit = self.config.max_listen_uris
+        if len(wanted.uris) > limit:  # each is a resources/subscribe upstream
+            return wire.error_response(
+                msg_id,
+                wire.INVALID_PARAMS,
+                f"Invalid params: {len(wanted.uris)} resourceSubscriptions in one listen "
+                f"(at most {limit}, [upstream] max_listen_uris)",
+            )
         profile = session.profile
         granted = subs.supported(wanted, profile.capabilities if profile else {})
         listener = subs.Listener(link, msg_id, granted)

@@ -55,7 +55,7 @@ class TaskRunner:
         self.bridge = bridge
         self.on_session = on_session
         self.book = TaskBook(
-            config.tasks_max_live,
+            config.task_share,
             ttl_ms=int(config.tasks_ttl * 1000),
             poll_ms=int(config.tasks_poll_interval * 1000),
         )
@@ -70,14 +70,16 @@ class TaskRunner:
         self._tg = tg
         tg.start_soon(self._expire)
 
-    def takes(self, decision: Forward, msg: wire.Message) -> bool:
+    def takes(self, link: ClientLink, decision: Forward, msg: wire.Message) -> bool:
         """A modern client's tools/call to a legacy server, from a client that
         declared the extension; an MRTR retry too (SEP-2663 "Task Creation":
         the rounds before a task are resolved synchronously, and the call may
         become a task once they are)."""
         return (
             self.config.tasks_for_modern_clients
-            and self.book.has_room()  # else the call is answered as any call
+            # Else the call is answered as any call: a principal past its
+            # share of tasks waits for its own calls, not others' tasks.
+            and self.book.has_room(link.principal)
             and decision.method == "tools/call"
             and task_shapes.offered_by(decision.client_capabilities)
         )
@@ -114,7 +116,7 @@ class TaskRunner:
         except anyio.get_cancelled_exc_class():
             scope.cancel()  # the client gave up before a task existed
             raise
-        if not outcome and not self.book.has_room():
+        if not outcome and not self.book.has_room(link.principal):
             # The book filled while this call waited: the server decides per
             # request, and this one is answered when it ends (within the
             # task time to live its round is bounded by).
@@ -163,6 +165,8 @@ class TaskRunner:
             # Unknown, expired and another principal's tasks look the same.
             return task_shapes.not_found(msg_id, params.get("taskId"))
         if msg["method"] == "tasks/get":
+            if record.terminal:  # its outcome is in the view: read
+                self.book.result_read(record)
             return task_shapes.current(msg_id, record.view())
         if msg["method"] == "tasks/cancel":
             if self.book.cancel(record, now_ms()):
