@@ -49,6 +49,10 @@ class QueueBounds:
 DEFAULT_BOUNDS = QueueBounds(16 * 1024 * 1024, 1024 * 1024)
 
 
+# Every kind of message, for the counts (`kind`).
+KINDS = ("reply", "request", "lossy", "notification")
+
+
 def kind(msg: wire.Message) -> str:
     """What a message is, for the rule and for the drop counts."""
     method = msg.get("method")

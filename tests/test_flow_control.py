@@ -415,3 +415,53 @@ async def test_readyz_turns_503_when_the_server_exits_while_its_child_holds_stdo
         assert answer.json()["error"]["data"]["reason"] == "upstream-failed"
         await _until_readyz(client, 503, within=3)
         await _until_readyz(client, 200, within=15)
+
+
+async def test_metrics_count_what_a_slow_reader_was_not_sent(tmp_path: Path) -> None:
+    """Issue #29 class 1: a drop is "said in one rate-limited log line and a
+    metric". A stdio server behind the HTTP front stops reading its stdin;
+    requests past the bound fail at once (`upstream-not-reading`), the others
+    are answered once it reads again, and /metrics counts the refusals."""
+    small = (
+        "[gateway]\nmax_message_bytes = 65536\nmax_queued_bytes = 65536\n"
+        "max_queued_notification_bytes = 16384\n"
+    )
+    release = tmp_path / "release"
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+    }
+    answers: dict[int, dict[str, Any]] = {}
+    first_refusal = anyio.Event()
+
+    async def call(client: Any, msg_id: int, name: str, arguments: dict[str, Any]) -> None:
+        params = {"name": name, "arguments": arguments, "_meta": MODERN_META}
+        msg = {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": params}
+        reply = await client.post(
+            "/mcp", json=msg, headers={**headers, "mcp-name": name}, timeout=30
+        )
+        answers[msg_id] = reply.json()
+        if _reason(answers[msg_id]) == "upstream-not-reading":
+            first_refusal.set()
+
+    async with _gateway(tmp_path, ["--", *FLOOD], small) as (_, client):
+        await _until_readyz(client, 200)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, client, 1, "hold", {"release_file": str(release)})
+            for msg_id in range(2, 10):
+                tg.start_soon(call, client, msg_id, "echo", {"pad": "y" * 40_000})
+            with anyio.fail_after(20):  # the refusals come back at once, by the rule
+                await first_refusal.wait()
+            release.touch()
+        metrics = (await client.get("/metrics")).text
+    refused = [i for i, a in answers.items() if _reason(a) == "upstream-not-reading"]
+    assert refused and all("result" in answers[i] for i in answers if i not in refused), answers
+    line = 'mcp_gateway_messages_dropped_total{toward="server",kind="request"}'
+    counted = [float(x.split()[-1]) for x in metrics.splitlines() if x.startswith(line)]
+    assert counted and counted[0] >= len(refused), metrics
+
+
+def _reason(answer: dict[str, Any]) -> str | None:
+    reason = ((answer.get("error") or {}).get("data") or {}).get("reason")
+    return reason if isinstance(reason, str) else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from gateway import build_info, era, wire
+from gateway import build_info, era, flow_control, wire
 from gateway.client_link import ClientLink
 from gateway.core import mrtr_shapes
 from gateway.fronts.port import GatewaySnapshot
@@ -158,5 +158,14 @@ class Metrics:
             " (its reader gone, a full disk).",
             "# TYPE mcp_gateway_log_lines_dropped_total counter",
             f"mcp_gateway_log_lines_dropped_total {gateway.log_lines_dropped}",
+            "# HELP mcp_gateway_messages_dropped_total Messages not delivered to a peer that"
+            " reads too slowly (a reply is replaced by a peer-not-reading error), by kind.",
+            "# TYPE mcp_gateway_messages_dropped_total counter",
+            *(
+                f'mcp_gateway_messages_dropped_total{{toward="{toward}",kind="{kind}"}} '
+                f"{gateway.messages_dropped.get((toward, kind), 0)}"
+                for toward in ("client", "server")
+                for kind in flow_control.KINDS
+            ),
         ]
         return "\n".join(lines) + "\n"

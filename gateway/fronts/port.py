@@ -8,7 +8,8 @@ runtime fills: /readyz and /metrics read them and never reach further in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from anyio.abc import TaskGroup
@@ -51,6 +52,9 @@ class GatewaySnapshot:
     tasks_polled_for_legacy_clients: int = 0
     # Log lines stderr could not take (its reader gone, a full disk).
     log_lines_dropped: int = 0
+    # Messages not delivered to a peer that reads too slowly (flow_control):
+    # (toward "client" or "server", kind of message) -> how many.
+    messages_dropped: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 class GatewayPort(Protocol):

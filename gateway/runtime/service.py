@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
-from gateway import era, inbound, log_setup, wire
+from gateway import era, inbound, log_setup, peer_queue, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import routing
@@ -287,6 +287,10 @@ class GatewayService:
             upstream_restarts=pool.restarts,
             upstream_ready=pool.up and pool.profile is not None,
             log_lines_dropped=log_setup.SINK.dropped,
+            messages_dropped={
+                **{("client", k): n for k, n in peer_queue.TOWARD_CLIENTS.counts.items()},
+                **{("server", k): n for k, n in peer_queue.TOWARD_SERVERS.counts.items()},
+            },
         )
 
 
