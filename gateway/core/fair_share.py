@@ -13,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# The operator's line when a pool refuses (once a minute, rate-limited by
+# whoever writes it; the principal is in the fields, never in the event).
+SHARE_FULL = "a principal has taken its whole share of a shared pool"
+POOL_FULL = "a shared pool is full"
+
 
 def default_share(total: int) -> int:
     """Three quarters of `total`, at least 1 (a pool of one is one's)."""

@@ -26,7 +26,7 @@ from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
 from gateway.core import mrtr_retry_door
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
-from gateway.core.fair_share import ShareCount
+from gateway.core.fair_share import POOL_FULL, SHARE_FULL, ShareCount
 from gateway.core.mrtr_hold_events import (
     AcquireSession,
     AnswerServer,
@@ -133,7 +133,18 @@ class HoldTable:
         refusal = self.shares.refusal(event.call.principal)
         if refusal is not None:
             share = self.settings.parked_share
-            return [ReplyToClient(replies.parked_limit(event.client_id, share, refusal))]
+            full = Log(
+                SHARE_FULL if refusal == "share" else POOL_FULL,
+                level="warning",
+                fields={
+                    "pool": "parked calls",
+                    "principal": event.call.principal,
+                    "limit": share.total,
+                    "share": share.per_principal,
+                },
+                rate_limited=True,
+            )
+            return [full, ReplyToClient(replies.parked_limit(event.client_id, share, refusal))]
         hold = self.calls[event.key] = Hold(event.key, event.call)
         return self._acquire(hold, event.client_id, event.now)
 

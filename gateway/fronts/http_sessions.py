@@ -25,6 +25,7 @@ from gateway.fronts.http_output import http_link
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.port import GatewayPort
 from gateway.loop_clock import LazyClock
+from gateway.share_log import log_refusal
 
 log = structlog.get_logger("gateway.fronts.http")
 
@@ -85,7 +86,10 @@ class HttpSessions:
         `max_sessions_per_principal`, else None."""
         holders = itertools.chain(self.by_id.values(), self.others.values())
         share = self.service.config.http_session_share
-        return fair_share.refusal_among((s.link.principal for s in holders), principal, share)
+        refusal = fair_share.refusal_among((s.link.principal for s in holders), principal, share)
+        if refusal is not None:
+            log_refusal(refusal, "legacy client sessions", principal, share)
+        return refusal
 
     def find(
         self, session_id: str | None, principal: str, msg_id: wire.RequestId | None

@@ -30,6 +30,7 @@ from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, Ti
 from gateway.core.mrtr_hold import HoldTable
 from gateway.core.routing import Forward
 from gateway.core.upstream_failures import failure_reply
+from gateway.log_limit import LogLimiter
 from gateway.runtime.engine_timers import EngineTimers
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
@@ -75,6 +76,8 @@ class HeldCallRunner:
         self.entries: dict[hold.CallKey, HeldEntry] = {}
         self._keys = itertools.count(1)
         self.timers = EngineTimers(self._timer_fired)
+        # What a principal can cause without end (a full share): once a minute.
+        self._limited_log = LogLimiter(log)
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -95,7 +98,8 @@ class HeldCallRunner:
             if isinstance(cmd, hold.ReplyToClient):
                 reply = cmd.reply
             elif isinstance(cmd, Log):
-                getattr(log, cmd.level)(cmd.message, **cmd.fields)
+                emit = self._limited_log if cmd.rate_limited else log
+                getattr(emit, cmd.level)(cmd.message, **cmd.fields)
             elif isinstance(cmd, StartTimer):
                 self.timers.start(cmd.timer, cmd.deadline)
             elif isinstance(cmd, CancelTimer):

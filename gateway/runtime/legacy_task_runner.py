@@ -31,6 +31,7 @@ from gateway.runtime.held_call_runner import now_ms
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.upstream_session import UpstreamSession
+from gateway.share_log import log_refusal
 from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.tasks")
@@ -92,6 +93,7 @@ class LegacyTaskRunner:
         refusal = self.book.refusal(link.principal)
         if refusal is not None:
             share = self.book.share
+            log_refusal(refusal, "legacy clients' tasks", link.principal, share)
             limit = (
                 f"[tasks] max_live = {share.total}"
                 if refusal == "total"

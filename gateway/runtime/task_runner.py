@@ -35,6 +35,7 @@ from gateway.runtime.held_call_runner import now_ms
 from gateway.runtime.held_calls import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.upstream_session import UpstreamSession
+from gateway.share_log import log_refusal
 from gateway.upstream_errors import UpstreamError
 
 log = structlog.get_logger("gateway.tasks")
@@ -77,12 +78,18 @@ class TaskRunner:
         become a task once they are)."""
         return (
             self.config.tasks_for_modern_clients
-            # Else the call is answered as any call: a principal past its
-            # share of tasks waits for its own calls, not others' tasks.
-            and self.book.has_room(link.principal)
             and decision.method == "tools/call"
             and task_shapes.offered_by(decision.client_capabilities)
+            # Else the call is answered as any call: a principal past its
+            # share of tasks waits for its own calls, not others' tasks.
+            and self._has_room(link.principal)
         )
+
+    def _has_room(self, principal: str) -> bool:
+        refusal = self.book.refusal(principal)
+        if refusal is not None:
+            log_refusal(refusal, "the gateway's tasks", principal, self.book.share)
+        return refusal is None
 
     # -- tools/call ----------------------------------------------------------------------
     async def call(
