@@ -13,6 +13,7 @@ guaranteed (docs/behaviour.md), and pidfd_open does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,10 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.backs import stdio_back
-from tests.flow_harness import FlowClient, flow_gateway, wait_for_log
+from gateway.config import Config
+from gateway.runtime import stdio_app
+from tests.flow_harness import MODERN_META, FlowClient, flow_gateway, wait_for_log
 from tests.test_stdio_e2e import alive
 
 pytestmark = pytest.mark.skipif(
@@ -310,3 +315,64 @@ def test_the_server_gets_the_locale_the_gateway_gave_it(ctype: str) -> None:
         env["LC_CTYPE"] = ctype[1:]
     done, _ = _keep(["sh", "-c", 'echo "${LC_CTYPE-unset}"'], ctype=ctype, env=env)
     assert done.stdout.decode().strip() == ("unset" if ctype == "-" else ctype[1:])
+
+
+# -- the gateway's own exit paths -------------------------------------------------
+@pytest.mark.parametrize("where", ["in-shutdown", "in-a-task"])
+async def test_a_fatal_error_in_the_gateway_still_stops_its_servers(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error nobody handles ends the stdio gateway (in its shutdown, or in
+    one of its tasks, which cancels the rest): on its way out it still stops
+    and reaps its servers and what they started. It did not: they lived on
+    until the gateway's process ended (and, before the keeper, past it)."""
+    fail = anyio.Event()  # set once the server and its child run
+
+    async def broken_drain(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    async def broken_watch(self: object) -> None:
+        await fail.wait()
+        raise RuntimeError("a bug")
+
+    if where == "in-shutdown":
+        monkeypatch.setattr(stdio_app, "_drain", broken_drain)
+    else:
+        monkeypatch.setattr(stdio_app._Stopping, "watch_signals", broken_watch)
+    config = Config(command=tuple(ORPHANS), upstream_exit_grace=GRACE)
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    params = {"name": "spawn", "arguments": {"setsid": True}, "_meta": MODERN_META}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    os.write(in_w, orjson.dumps(request) + b"\n")
+    watch = Watch([])
+    pids: list[int] = []
+
+    async def fail_after_the_reply() -> None:
+        with anyio.fail_after(10):
+            await anyio.wait_readable(out_r)
+        reply = orjson.loads(os.read(out_r, 1 << 16).splitlines()[0])
+        pids.append(json.loads(reply["result"]["content"][0]["text"])["pid"])
+        start = next(e for e in logs if e["event"] == "upstream started")
+        pids.extend([start["pid"], start["keeper"]])
+        watch.fds.update({pid: os.pidfd_open(pid) for pid in pids})
+        if where == "in-shutdown":
+            os.close(in_w)  # the end of stdin: shutdown begins, and fails
+        else:
+            fail.set()
+
+    try:
+        with capture_logs() as logs, pytest.raises(BaseExceptionGroup) as failed:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fail_after_the_reply)
+                with anyio.fail_after(10):
+                    await stdio_app.serve_stdio(config, in_r, out_w)
+        assert failed.group_contains(RuntimeError, match="a bug")
+        assert len(pids) == 3
+        watch.assert_gone()  # by the time the error reached the caller
+        assert any(e["event"].startswith("the gateway is ending on an error") for e in logs)
+    finally:
+        watch.close()
+        for fd in (in_r, in_w, out_r, out_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
