@@ -583,7 +583,9 @@ class StdioServerProcess:
 
     async def _poll_exit(self, timeout: float) -> int | None:
         async with self._exit_lock:
-            with anyio.move_on_after(timeout):
+            # (ClosedResourceError: aclose gave up on a process stuck in the
+            # kernel and closed what this waits on.)
+            with anyio.move_on_after(timeout), contextlib.suppress(anyio.ClosedResourceError):
                 delay = EXIT_POLL_FIRST
                 while True:  # each pass waits on the keeper's word or the pidfd
                     if self._keeper is not None:
