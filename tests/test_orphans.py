@@ -179,19 +179,23 @@ async def test_a_daemon_goes_when_the_gateway_is_killed() -> None:
 
 
 async def test_a_server_that_ignores_sigterm_goes_when_the_gateway_is_killed() -> None:
-    """SIGTERM first, SIGKILL after the exit grace: the server and its child
-    both ignore SIGTERM."""
+    """SIGTERM first, SIGKILL after the exit grace: a busy server (the end of
+    its stdin does not reach it) and its child ignore SIGTERM, and so does a
+    child that left the group, which gets its SIGTERM once the server is gone
+    and its SIGKILL one grace later."""
     server_cmd = [*ORPHANS, "--ignore-term"]
     async with flow_gateway(server=server_cmd, upstream_exit_grace=GRACE) as gw:
         child = (await call(gw, 1, "spawn", ignore_term=True))["pid"]
         daemon = (await call(gw, 2, "spawn", setsid=True, ignore_term=True))["pid"]
         start = await started(gw)
+        await gw.tool(3, "busy", {})
+        await wait_for_log(gw, "upstream stderr", line="busy")
         with watching([child, daemon, start["pid"], start["keeper"]]) as watch:
             began = anyio.current_time()
             await killed(gw)
             await watch.all_gone(GRACE * 2 + 5)
-            # The server's SIGKILL after one grace, the daemon's after another.
-            assert anyio.current_time() - began < GRACE * 2 + 3
+            took = anyio.current_time() - began
+            assert GRACE * 2 <= took < GRACE * 2 + 3, took
 
 
 async def test_a_sigterm_to_the_gateway_leaves_nothing_behind() -> None:
@@ -291,6 +295,40 @@ def test_the_server_gets_the_keepers_stdio_and_no_other_file() -> None:
 def test_the_keeper_dies_of_the_signal_its_server_died_of() -> None:
     done, said = _keep(["sh", "-c", "kill -TERM $$"])
     assert said[-1] == "exit -15" and done.returncode == -signal.SIGTERM
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_keeper_goes_to_the_server(sig: signal.Signals) -> None:
+    """A supervisor's signal to the keeper reaches the server's group; the
+    keeper ends with the server's status."""
+    assert KEEPER is not None
+    code = (
+        "import signal, sys, time\n"
+        f"signal.signal({int(sig)}, lambda *a: sys.exit(7))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)"
+    )
+    report_r, report_w = os.pipe()
+    args = [str(report_w), "5", str(os.getpid()), "-", "--", sys.executable, "-c", code]
+    with (
+        os.fdopen(report_r, "rb") as report,
+        subprocess.Popen(
+            [sys.executable, "-I", "-S", str(KEEPER), *args],
+            pass_fds=(report_w,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        ) as keeper,
+    ):
+        os.close(report_w)
+        try:
+            assert keeper.stdout is not None
+            assert keeper.stdout.readline() == b"ready\n"  # its handler is set
+            keeper.send_signal(sig)
+            assert keeper.wait(timeout=5) == 7
+            assert report.read().decode().splitlines()[1:] == ["exit 7"]
+        finally:
+            if keeper.poll() is None:
+                keeper.kill()
 
 
 def test_the_keeper_says_why_a_server_could_not_start() -> None:
