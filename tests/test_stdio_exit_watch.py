@@ -2,7 +2,9 @@
 a pidfd (2026-07-28 stdio "Shutdown": close stdin, wait, SIGTERM, SIGKILL).
 pidfd_open is missing on macOS and on Linux before 5.3, and refused by some
 seccomp profiles and sandboxes (valgrind too): there the gateway once failed
-every upstream start with an OSError traceback and stopped."""
+every upstream start with an OSError traceback and stopped. Each runs with the
+process keeper (the server's exit said on its report pipe) and without it
+(where none can be run: the server is the gateway's child)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,13 @@ IGNORES_EOF_AND_SIGTERM = (
     "sys.stdin.read(); print('ready', file=sys.stderr, flush=True)\n"
     "time.sleep(60)",
 )
+
+
+@pytest.fixture(params=["keeper", "no-keeper"], autouse=True)
+def keeper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "no-keeper":
+        monkeypatch.setattr(stdio_back, "KEEPER", None)
+    return str(request.param)
 
 
 @pytest.fixture(params=["pidfd", "no-pidfd"])

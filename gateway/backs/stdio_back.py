@@ -3,9 +3,19 @@
 Transport only: it frames, parses and writes messages and owns the process
 lifecycle (2026-07-28 stdio "Shutdown": close stdin, wait, SIGTERM, SIGKILL).
 It makes no protocol decisions. The pipes are non-blocking file descriptors
-(see gateway.pipes) and the exit is watched through a pidfd, so nothing here
-needs a thread. Where there is no pidfd (macOS, Linux before 5.3, a seccomp
-profile or sandbox that refuses pidfd_open), the exit is polled instead.
+(see gateway.pipes) and the exit is watched through a pipe or a pidfd, so
+nothing here needs a thread.
+
+The server is started through a keeper (gateway/backs/process_keeper.py, a
+small Python process of its own between the gateway and the server): it ends
+everything the server started when the server ends or the gateway does, even
+by SIGKILL (issue #29, class 6), and tells the gateway the server's pid and,
+the moment it happens, its exit. Where the keeper cannot be run (the gateway
+is not run by a Python interpreter with its sources on disk: a frozen
+binary), the server is the gateway's own child, with a parent-death signal,
+and its exit is watched through a pidfd; where there is no pidfd (macOS,
+Linux before 5.3, a seccomp profile or sandbox that refuses pidfd_open), it
+is polled instead.
 """
 
 from __future__ import annotations
@@ -16,8 +26,10 @@ import math
 import os
 import signal
 import subprocess
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 
 import anyio
 import structlog
@@ -41,10 +53,30 @@ log = structlog.get_logger("gateway.backs.stdio")
 _PR_SET_PDEATHSIG = 1
 
 
+# The keeper, run as `python -I -S process_keeper.py ...`: isolated from the
+# server's PYTHON* variables and site-packages, importing builtins only. None
+# where it cannot be run (no interpreter to run it: a frozen gateway; its
+# source not on disk: a zipapp).
+def _keeper_script() -> Path | None:
+    script = Path(__file__).with_name("process_keeper.py")
+    if not sys.executable or getattr(sys, "frozen", False) or not script.is_file():
+        return None
+    return script
+
+
+KEEPER = _keeper_script()
+# How long the keeper may take to say the server runs (it takes ~15 ms).
+KEEPER_START_TIMEOUT = 10.0
+# Past the keeper's own bounds (its grace, then KILL_PATIENCE), how long the
+# gateway waits for it to end before it kills it and the server's group.
+KEEPER_END_MARGIN = 5.0
+
+
 def _die_with_parent() -> None:
-    """In the child, before exec: if the gateway is killed outright (SIGKILL
-    leaves it no time to stop its upstream), the kernel sends the server
-    SIGTERM, so it is never orphaned. Linux only; elsewhere a no-op."""
+    """In the child, before exec (only where there is no keeper): if the
+    gateway is killed outright (SIGKILL leaves it no time to stop its
+    upstream), the kernel sends the server SIGTERM. Linux only; elsewhere a
+    no-op."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -176,6 +208,77 @@ class ServerOutput:
         return out
 
 
+class KeeperReport:
+    """What the keeper says on its report pipe (see process_keeper): the
+    server's pid, or the errno it could not be started with; the server's
+    exit status; that it left something running. The end of the pipe is the
+    keeper's end. Read without blocking, by one task at a time."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self._buf = b""
+        self.pid: int | None = None
+        self.error: int | None = None
+        self.exit: int | None = None
+        self.left = False
+        self.eof = False
+
+    def read(self) -> None:
+        while not self.eof and self.fd >= 0:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.eof = True
+                return
+            *lines, self._buf = (self._buf + chunk).split(b"\n")
+            for line in lines:
+                self._take(line)
+
+    def _take(self, line: bytes) -> None:
+        word, _, value = line.partition(b" ")
+        with contextlib.suppress(ValueError):
+            if word == b"pid":
+                self.pid = int(value)
+            elif word == b"error":
+                self.error = int(value)
+            elif word == b"exit":
+                self.exit = int(value)
+            elif word == b"left":
+                self.left = True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            anyio.notify_closing(self.fd)
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        self.eof = True
+
+
+def _keeper_command(
+    report_fd: int, grace: float, command: Sequence[str], env: Mapping[str, str]
+) -> list[str]:
+    assert KEEPER is not None
+    ctype = env.get("LC_CTYPE")
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(KEEPER),
+        str(report_fd),
+        repr(grace),
+        str(os.getpid()),
+        "-" if ctype is None else f"={ctype}",
+        "--",
+        *command,
+    ]
+
+
 # Why pidfd_open failed, each reason said once in the log (not once a spawn).
 _no_pidfd_said: set[str] = set()
 
@@ -193,6 +296,18 @@ def _open_pidfd(pid: int) -> int:
         return -1
 
 
+async def _reaped(popen: subprocess.Popen[bytes], pidfd: int, timeout: float) -> None:
+    """Wait for `popen` to exit, at most `timeout`, and reap it."""
+    with anyio.move_on_after(timeout):
+        delay = EXIT_POLL_FIRST
+        while popen.poll() is None:  # each pass waits on the pidfd
+            if pidfd >= 0:
+                await anyio.wait_readable(pidfd)
+            else:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, EXIT_POLL_LAST)
+
+
 class StdioServerProcess:
     def __init__(
         self,
@@ -200,16 +315,23 @@ class StdioServerProcess:
         command: Sequence[str],
         max_bytes: int,
         bounds: QueueBounds = DEFAULT_BOUNDS,
+        keeper: KeeperReport | None = None,
+        keeper_grace: float = 0.0,
+        pidfd: int | None = None,
     ) -> None:
         assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        # The process the gateway started: the keeper, or (without one) the
+        # server itself. `pid` is the server's, and its process group's.
         self._popen = popen
+        self._keeper = keeper
+        self._keeper_grace = keeper_grace
         self.command = list(command)
-        self.pid = popen.pid
+        self.pid = keeper.pid if keeper is not None and keeper.pid is not None else popen.pid
         self._stdin = PipeWriter(popen.stdin.fileno())
-        self._to_server = PeerQueue(self._stdin, bounds, "server", label=f"pid {popen.pid}")
+        self._to_server = PeerQueue(self._stdin, bounds, "server", label=f"pid {self.pid}")
         self._stdout = PipeReader(popen.stdout.fileno())
         self._stderr = PipeReader(popen.stderr.fileno())
-        self._pidfd = _open_pidfd(popen.pid)
+        self._pidfd = _open_pidfd(popen.pid) if pidfd is None else pidfd
         self._exit_lock = anyio.Lock(fast_acquire=True)
         # Set by the exit watcher (run_background), the one waiter on the
         # pidfd while it runs.
@@ -234,30 +356,107 @@ class StdioServerProcess:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         bounds: QueueBounds = DEFAULT_BOUNDS,
+        exit_grace: float = 1.5,
     ) -> StdioServerProcess:
+        """`exit_grace` ([upstream] exit_grace): how long what the server
+        leaves running gets between SIGTERM and SIGKILL, after the server's
+        exit or the gateway's."""
         full_env = {**os.environ, **env} if env else None
+        if KEEPER is None:
+            popen = cls._popen_for(list(command), env=full_env, cwd=cwd)
+            log.info("upstream started", pid=popen.pid, command=list(command))
+            return cls(popen, command, max_bytes, bounds)
+        report_r, report_w = os.pipe()
+        try:
+            keeper_cmd = _keeper_command(
+                report_w, exit_grace, command, os.environ if full_env is None else full_env
+            )
+            popen = cls._popen_for(keeper_cmd, env=full_env, cwd=cwd, pass_fds=(report_w,))
+        except BaseException:
+            os.close(report_r)
+            raise
+        finally:
+            os.close(report_w)
+        report = KeeperReport(report_r)
+        pidfd = _open_pidfd(popen.pid)
+        await cls._keeper_started(popen, report, pidfd, command)
+        log.info("upstream started", pid=report.pid, keeper=popen.pid, command=list(command))
+        return cls(popen, command, max_bytes, bounds, report, exit_grace, pidfd)
+
+    @staticmethod
+    def _popen_for(
+        args: list[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        pass_fds: tuple[int, ...] = (),
+    ) -> subprocess.Popen[bytes]:
         # No such command, no permission, no such cwd: the OS's own words.
         with map_exceptions({OSError: _not_started}):
-            popen = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is quick; the pipes are async
-                list(command),
+            return subprocess.Popen(
+                args,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=full_env,
+                env=env,
                 cwd=cwd,
-                # Its own process group: a Ctrl-C at our terminal is ours to handle,
-                # and we decide when the server stops (and signal its children too).
+                # Its own session: a Ctrl-C at our terminal is ours to handle,
+                # and we decide when the server stops (and its children too).
                 start_new_session=True,
-                # The gateway runs no threads of its own when it spawns; the hook
-                # only calls prctl.
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
+                pass_fds=pass_fds,
+                # Without a keeper: the gateway runs no threads of its own when
+                # it spawns; the hook only calls prctl. (With one, no hook: the
+                # keeper sees to it, and the spawn can use vfork.)
+                preexec_fn=None if pass_fds else _die_with_parent,  # noqa: PLW1509
             )
-        log.info("upstream started", pid=popen.pid, command=list(command))
-        return cls(popen, command, max_bytes, bounds)
+
+    @staticmethod
+    async def _keeper_started(
+        popen: subprocess.Popen[bytes], report: KeeperReport, pidfd: int, command: Sequence[str]
+    ) -> None:
+        """Until the keeper says the server runs; ServerNotStarted, in the
+        OS's words, if it could not be started. Not cancelled midway: a
+        keeper left without a reader would not know to stop the server."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(KEEPER_START_TIMEOUT):
+                report.read()
+                while report.pid is None and report.error is None and not report.eof:
+                    await anyio.wait_readable(report.fd)
+                    report.read()
+            if report.pid is not None:
+                return
+            # It is ending (or stuck): SIGTERM has it stop what it started.
+            with contextlib.suppress(ProcessLookupError):
+                popen.terminate()
+            await _reaped(popen, pidfd, KEEPER_START_TIMEOUT)
+        report.close()
+        for pipe in (popen.stdin, popen.stdout, popen.stderr):
+            if pipe is not None:
+                pipe.close()
+        if pidfd >= 0:
+            os.close(pidfd)
+        if report.error is not None:
+            cause = OSError(report.error, os.strerror(report.error), command[0])
+            raise ServerNotStarted(str(cause)) from cause
+        raise ServerNotStarted(
+            f"the process keeper ended before the server started (code {popen.returncode})"
+        )
 
     @property
     def returncode(self) -> int | None:
-        return self._popen.poll()
+        """The server's: its exit code, or -N if signal N ended it."""
+        if self._keeper is not None and not self._exit_lock.locked():
+            self._keeper.read()  # else its holder reads, and is woken by it
+        return self._status()
+
+    def _status(self) -> int | None:
+        keeper = self._keeper
+        if keeper is None:
+            return self._popen.poll()
+        if keeper.exit is not None:
+            return keeper.exit
+        # A keeper that ended without a word (SIGKILLed): its own status.
+        return self._popen.poll() if keeper.eof else None
 
     # -- writing ---------------------------------------------------------
     def _exited(self, exc: Exception) -> ServerExited:
@@ -343,6 +542,8 @@ class StdioServerProcess:
         try:
             await self._poll_exit(math.inf)
         finally:
+            # Seen, or no longer watched (cancelled): _wait_exit tells which.
+            self._watching = False
             self._exit_seen.set()
         self._stdout.end_when_empty()
         self._stderr.end_when_empty()
@@ -371,23 +572,34 @@ class StdioServerProcess:
 
     # -- stopping --------------------------------------------------------
     async def _wait_exit(self, timeout: float) -> int | None:
+        deadline = anyio.current_time() + timeout
         if self._watching:
             with anyio.move_on_after(timeout):
                 await self._exit_seen.wait()
-            return self._popen.returncode
-        return await self._poll_exit(timeout)
+        status = self._status()
+        if status is None and not self._watching:  # (or no longer: it was cancelled)
+            status = await self._poll_exit(max(0.0, deadline - anyio.current_time()))
+        return status
 
     async def _poll_exit(self, timeout: float) -> int | None:
         async with self._exit_lock:
-            with anyio.move_on_after(timeout):
+            # (ClosedResourceError: aclose gave up on a process stuck in the
+            # kernel and closed what this waits on.)
+            with anyio.move_on_after(timeout), contextlib.suppress(anyio.ClosedResourceError):
                 delay = EXIT_POLL_FIRST
-                while self._popen.poll() is None:  # each pass waits on the pidfd
-                    if self._pidfd >= 0:
+                while True:  # each pass waits on the keeper's word or the pidfd
+                    if self._keeper is not None:
+                        self._keeper.read()
+                    if self._status() is not None:
+                        break
+                    if self._keeper is not None and not self._keeper.eof:
+                        await anyio.wait_readable(self._keeper.fd)
+                    elif self._pidfd >= 0:
                         await anyio.wait_readable(self._pidfd)
                     else:
                         await anyio.sleep(delay)
                         delay = min(delay * 2, EXIT_POLL_LAST)
-        return self._popen.returncode
+        return self._status()
 
     async def aclose(self, grace: float = 5.0) -> int | None:
         """Close stdin, wait `grace`, then SIGTERM, then SIGKILL. Always reaps."""
@@ -401,19 +613,27 @@ class StdioServerProcess:
                 if await self._wait_exit(grace) is None:
                     self._signal(signal.SIGKILL)
                     await self._wait_exit(30)
-            await self._stop_group(grace)
+            if self._keeper is not None:
+                await self._keeper_done()
+            if self._keeper is None or self._keeper.exit is None:
+                # No keeper, or one that ended without a word (SIGKILLed): the
+                # server's group is the gateway's to stop.
+                await self._stop_group(grace)
             for reader, pipe in (
                 (self._stdout, self._popen.stdout),
                 (self._stderr, self._popen.stderr),
             ):
                 reader.release()
                 self._close_fd(pipe)
+            if self._keeper is not None:
+                self._keeper.close()
             if self._pidfd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(self._pidfd)
                 self._pidfd = -1
-        log.info("upstream stopped", pid=self.pid, returncode=self._popen.returncode)
-        return self._popen.returncode
+        code = self._status()
+        log.info("upstream stopped", pid=self.pid, returncode=code)
+        return code
 
     @staticmethod
     def _close_fd(pipe: object) -> None:
@@ -424,6 +644,43 @@ class StdioServerProcess:
         anyio.notify_closing(fileno())
         with contextlib.suppress(OSError):
             pipe.close()  # type: ignore[attr-defined]
+
+    async def _keeper_done(self) -> None:
+        """Once the server is gone, the keeper stops what it left (see
+        process_keeper) and ends: wait for that, and reap it. A keeper that
+        does not end in its own bounds is killed, with the server's group."""
+        keeper = self._keeper
+        assert keeper is not None
+        said_left = False
+        # (The lock too is waited for within the bound: an exit watcher holds
+        # it until the server's exit, which a server stuck in the kernel
+        # never makes.)
+        with anyio.move_on_after(2 * self._keeper_grace + KEEPER_END_MARGIN):
+            async with self._exit_lock:
+                delay = EXIT_POLL_FIRST
+                while True:
+                    keeper.read()
+                    if keeper.left and not said_left:
+                        said_left = True
+                        log.info("stopping what the upstream left running", pid=self.pid)
+                    if keeper.eof and self._popen.poll() is not None:
+                        return
+                    if not keeper.eof:
+                        await anyio.wait_readable(keeper.fd)
+                    elif self._pidfd >= 0:
+                        await anyio.wait_readable(self._pidfd)
+                    else:
+                        await anyio.sleep(delay)
+                        delay = min(delay * 2, EXIT_POLL_LAST)
+        log.warning(
+            "the upstream's process keeper did not end; killing it and the server's group",
+            pid=self.pid,
+            keeper=self._popen.pid,
+        )
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self._popen.kill()
+        await _reaped(self._popen, self._pidfd, 5)
 
     async def _stop_group(self, grace: float) -> None:
         """What the server left running in its process group (a child that
@@ -456,14 +713,16 @@ class StdioServerProcess:
 
     def terminate(self) -> None:
         """SIGTERM now, without waiting for the server to notice its closed stdin."""
-        if self._popen.poll() is None:
+        if self.returncode is None:
             self._signal(signal.SIGTERM)
 
     def _signal(self, sig: signal.Signals) -> None:
         # The server runs in its own session: signal the whole group so that
-        # its children (e.g. `npx` wrappers) go too.
+        # its children (e.g. `npx` wrappers) go too. (Not the keeper's: it is
+        # in a group of its own, and stays to stop what is left.)
         try:
             os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(ProcessLookupError):
-                self._popen.send_signal(sig)
+            if self._keeper is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._popen.send_signal(sig)

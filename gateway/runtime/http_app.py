@@ -200,7 +200,7 @@ async def _serve(config: Config, sockets: list[socket.socket]) -> int:
             timeout_graceful_shutdown=math.ceil(config.shutdown_grace) + 1,
         ),
     )
-    async with anyio.create_task_group() as root:
+    async with anyio.create_task_group() as root, service.closing_on_error():
         front.tg = root
         root.start_soon(service.start, root)
         root.start_soon(front.expire_idle_sessions)

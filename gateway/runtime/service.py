@@ -6,7 +6,8 @@ one place that knows all the parts, and what the fronts see of them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -245,6 +246,23 @@ class GatewayService:
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+
+    @asynccontextmanager
+    async def closing_on_error(self) -> AsyncIterator[None]:
+        """Around a front's whole run: an error nobody handled (or a
+        cancellation from outside) ends the gateway, and on the way out the
+        upstreams are still stopped and reaped, at once (SIGTERM, not a wait
+        for them to notice their stdin), with what they started. Were the
+        gateway's process to end first, the upstreams' process keepers would
+        see to that (issue #29, class 6); this way it is said in the log."""
+        try:
+            yield
+        except BaseException:
+            log.warning("the gateway is ending on an error; stopping the upstreams")
+            with anyio.CancelScope(shield=True):
+                self.pool.hurry()
+                await self.aclose()
+            raise
 
     # -- what the fronts read (gateway.fronts.port.GatewayPort) ----------
     def remember_credential(self, principal: str, credential: str) -> None:

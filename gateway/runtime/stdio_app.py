@@ -39,7 +39,7 @@ async def serve_stdio(
     )
     service.links.add(link)
     stopping = _Stopping(service)
-    async with anyio.create_task_group() as root:
+    async with anyio.create_task_group() as root, service.closing_on_error():
         root.start_soon(front.run_flusher)
         root.start_soon(service.start, root)
         root.start_soon(stopping.watch_signals)

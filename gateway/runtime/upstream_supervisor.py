@@ -57,6 +57,7 @@ async def spawn_process(config: Config) -> ServerConnection:
         env=config.env or None,
         cwd=config.cwd,
         bounds=config.queue_bounds,
+        exit_grace=config.upstream_exit_grace,
     )
 
 
