@@ -15,6 +15,7 @@ import structlog
 from gateway import wire
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.asgi import Receive, Send
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.http_answers import HttpError, serve_session_stream
 from gateway.fronts.http_calls import HttpCalls
 from gateway.fronts.http_output import http_link
@@ -26,9 +27,10 @@ log = structlog.get_logger("gateway.fronts.http")
 
 
 class HttpSessions:
-    def __init__(self, service: GatewayPort, calls: HttpCalls) -> None:
+    def __init__(self, service: GatewayPort, calls: HttpCalls, queues: ClientQueues) -> None:
         self.service = service
         self.calls = calls
+        self.queues = queues
         self.by_id: dict[str, LegacySession] = {}
         # The front's other legacy sessions (HTTP+SSE), under the same limit.
         self.others: Sized = ()
@@ -42,7 +44,7 @@ class HttpSessions:
         if it opened a session upstream."""
         if len(self.by_id) + len(self.others) >= self._max:
             raise HttpError(503, "Too many sessions", wire.INTERNAL_ERROR, msg.get("id"))
-        output, link = http_link(principal)
+        output, link = http_link(self.queues, principal)
         session = LegacySession(secrets.token_urlsafe(24), link, output)
         self.service.links.add(link)
         opened: list[LegacyClientSession | None] = []
@@ -104,7 +106,7 @@ class HttpSessions:
             await serve_session_stream(stream, receive, send)
         finally:
             session.output.close_get()
-            stream.close()
+            stream.discard()
 
     def end(self, session: LegacySession, why: str) -> None:
         self.by_id.pop(session.id, None)
