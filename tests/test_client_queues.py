@@ -8,16 +8,20 @@ response ends. Over real sockets: tests/test_http_flow_control.py."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
+import anyio
 import orjson
 import pytest
 
-from gateway import config, flow_control, wire
+from gateway import config, era, flow_control, wire
 from gateway.config import Config, ConfigError
+from gateway.core.routing import Forward, LegacyClientSession, Shape
 from gateway.flow_control import QueueBounds
 from gateway.fronts.client_queues import ClientQueues
-from gateway.fronts.http_output import HttpOutput, Inbox
+from gateway.fronts.http_output import HttpOutput, Inbox, http_link
 from gateway.peer_queue import ClientNotReading
+from gateway.runtime.legacy_input import LegacyInputLoop
 from tests.inprocess import http_gateway
 from tests.scripted import legacy_server
 from tests.test_sse_front import open_stream, sse_get
@@ -126,3 +130,35 @@ async def test_an_sse_session_is_cut_at_its_principals_bound() -> None:
             assert sessions[0].ended_why is None
             assert sessions[1].ended_why == "its client does not read its stream"
         assert len(g.front.queues) == 0  # released as the streams ended
+
+
+async def test_a_server_request_toward_a_full_stream_ends_its_call_at_once() -> None:
+    """A modern server asks a legacy HTTP client for input while the call's
+    stream is full: the request is refused to the gateway at once, and the
+    call ends with the gateway's error instead of waiting for an answer that
+    cannot come."""
+    queues = _queues(queue=4 * KIB, notes=4 * KIB, principal=4 * KIB)
+    output, link = http_link(queues, "a")
+    link.session = LegacyClientSession("2025-11-25", {"elicitation": {}}, None, True)
+    stream = output.open(wire.request(1, "tools/call", {"name": "greet"}))
+    filler = wire.notification("notifications/resources/updated", {"uri": "x"})
+    while len(stream) < 100:  # until the next one does not fit (no more than 60 of them)
+        before = len(stream)
+        stream.put(filler)
+        if len(stream) == before:
+            break
+
+    async def forward(*args: object) -> wire.Message:
+        raise AssertionError("nothing goes upstream: the client was not asked")
+
+    elicit = {"method": "elicitation/create", "params": {"message": "name?", "requestedSchema": {}}}
+    required = {"resultType": "input_required", "inputRequests": {"name": elicit}}
+    call = Forward("tools/call", {"name": "greet"}, Shape.TO_LEGACY, era.Era.MODERN)
+    loop = LegacyInputLoop(Config(command=("x",)), forward)
+    with anyio.fail_after(5):
+        reply = await loop.complete(
+            link, call, cast(Any, None), wire.result_response(9, required), 1
+        )
+    assert reply["error"]["data"]["reason"] == "client-refused"
+    assert "not reading" in reply["error"]["message"]
+    assert link.server_requests == {}
