@@ -104,6 +104,7 @@ class HttpFront:
                         self.service.snapshot(),
                         len(self.sessions),
                         0 if self.sse is None else len(self.sse.sessions.by_id),
+                        self.queues.total,
                     ),
                     "text/plain; version=0.0.4",
                 )

@@ -51,6 +51,9 @@ class GatewaySnapshot:
     tasks_polled_for_legacy_clients: int = 0
     # Log lines stderr could not take (its reader gone, a full disk).
     log_lines_dropped: int = 0
+    # Messages not delivered to a peer that reads too slowly (gateway/
+    # flow_control.py): (toward "client" or "server", kind of message, count).
+    messages_dropped: tuple[tuple[str, str, int], ...] = ()
 
 
 class GatewayPort(Protocol):

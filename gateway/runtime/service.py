@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
-from gateway import era, inbound, log_setup, wire
+from gateway import era, inbound, log_setup, peer_queue, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import routing
@@ -287,6 +287,14 @@ class GatewayService:
             upstream_restarts=pool.restarts,
             upstream_ready=pool.up and pool.profile is not None,
             log_lines_dropped=log_setup.SINK.dropped,
+            messages_dropped=tuple(
+                (toward, kind, n)
+                for toward, drops in (
+                    ("client", peer_queue.TOWARD_CLIENTS),
+                    ("server", peer_queue.TOWARD_SERVERS),
+                )
+                for kind, n in sorted(drops.counts.items())
+            ),
         )
 
 
