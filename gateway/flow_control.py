@@ -14,7 +14,10 @@ else, so a slow reader costs only the traffic headed to it:
 - a request that does not fit is refused to its sender (it fails at once).
 
 A queue therefore never holds more than `queue_bytes + ERROR_ALLOWANCE` plus
-one message. Pure: the transports measure, this decides, `Drops` counts.
+one message. Queues that share a bound (an HTTP principal's streams) are
+judged twice, each on its own bytes and all of them on theirs together
+(`shared_bounds`): a message goes only if both would take it. Pure: the
+transports measure, this decides, `Drops` counts.
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ DEFAULT_BOUNDS = QueueBounds(16 * 1024 * 1024, 1024 * 1024)
 
 # Every kind of message, for the counts (`kind`).
 KINDS = ("reply", "request", "lossy", "notification")
+
+
+def shared_bounds(each: QueueBounds, total: int) -> QueueBounds:
+    """The bounds of several queues together, each bounded by `each`: `total`
+    bytes (at least one queue's), and progress and log notifications go
+    first once less than one queue's room for other messages is left
+    (`queue_bytes - notification_bytes`), so that a reply on any of them
+    still finds that much."""
+    total = max(total, each.queue_bytes)
+    return QueueBounds(total, total - (each.queue_bytes - each.notification_bytes))
 
 
 def kind(msg: wire.Message) -> str:

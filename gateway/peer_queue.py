@@ -4,6 +4,9 @@ task ever waits for a peer to read."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import anyio
 import structlog
 
 from gateway import flow_control, wire
@@ -22,6 +25,26 @@ TOWARD_SERVERS = flow_control.Drops()
 
 class QueueFull(Exception):
     """A request the peer's queue cannot take: its sender fails it now."""
+
+
+class ClientNotReading(anyio.BrokenResourceError):
+    """A request for a client that its queue cannot take: whoever sends it
+    gets what it gets when the client is gone, at once."""
+
+
+def note_dropped(
+    drops: flow_control.Drops, toward: str, msg: wire.Message, queued: int, **fields: Any
+) -> None:
+    """Count a message not delivered toward a peer (or a reply replaced),
+    and say so in the one line a minute for that kind of peer."""
+    drops.count(msg)
+    dropped_log.warning(
+        f"messages dropped for a {toward} that reads too slowly",
+        kind=flow_control.kind(msg),
+        queued_bytes=queued,
+        dropped_so_far=drops.total,
+        **fields,
+    )
 
 
 class PeerQueue:
@@ -68,11 +91,4 @@ class PeerQueue:
         self._dropped(msg, queued)
 
     def _dropped(self, msg: wire.Message, queued: int) -> None:
-        self._drops.count(msg)
-        dropped_log.warning(
-            f"messages dropped for a {self.toward} that reads too slowly",
-            peer=self.label or self.toward,
-            kind=flow_control.kind(msg),
-            queued_bytes=queued,
-            dropped_so_far=self._drops.total,
-        )
+        note_dropped(self._drops, self.toward, msg, queued, peer=self.label or self.toward)

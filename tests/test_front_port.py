@@ -33,6 +33,7 @@ SNAPSHOT = GatewaySnapshot(
     upstream_restarts=1,
     upstream_ready=True,
     log_lines_dropped=6,
+    messages_dropped={("client", "lossy"): 8, ("server", "request"): 1},
 )
 
 
@@ -101,7 +102,7 @@ def test_the_runtime_service_is_what_the_fronts_need() -> None:
 def test_metrics_render_the_snapshot() -> None:
     """/metrics: the gateway's gauges come from the snapshot, the client
     sessions from the front."""
-    text = Metrics().render(SNAPSHOT, client_sessions=4)
+    text = Metrics().render(SNAPSHOT, client_sessions=4, client_queued_bytes=1234)
     for line in [
         "mcp_gateway_sessions 4",
         "mcp_gateway_upstream_sessions 3",
@@ -111,6 +112,9 @@ def test_metrics_render_the_snapshot() -> None:
         "mcp_gateway_upstream_restarts_total 1",
         "mcp_gateway_upstream_ready 1",
         "mcp_gateway_log_lines_dropped_total 6",
+        "mcp_gateway_client_queued_bytes 1234",
+        'mcp_gateway_messages_dropped_total{toward="client",kind="lossy"} 8',
+        'mcp_gateway_messages_dropped_total{toward="server",kind="request"} 1',
     ]:
         assert line in text.splitlines()
 

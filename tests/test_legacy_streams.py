@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.fronts import legacy_streams, resumable_stream
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.http_output import Inbox
 from gateway.fronts.legacy_streams import LegacyStreams, Outcome, SessionStreams
 from gateway.fronts.resumable_stream import ResumableStream, parse_event_id
@@ -83,7 +84,7 @@ class Call:
     the POST's answer, run by the test's task group."""
 
     def __init__(self, streams: LegacyStreams, session: SessionStreams) -> None:
-        self.inbox = Inbox()
+        self.inbox = Inbox(ClientQueues(), "local")
         self.post = Connection()
         self.outcome: Outcome | None = None
         self.done = anyio.Event()
@@ -374,12 +375,16 @@ async def test_keepalive_comments_on_a_quiet_stream() -> None:
 
 
 # -- the stream's record --------------------------------------------------------------
+def _record(stream: ResumableStream, msg: dict[str, Any]) -> None:
+    stream.record(msg, orjson.dumps(msg))
+
+
 def test_notifications_kept_are_bounded_requests_and_the_reply_never_dropped() -> None:
     stream = ResumableStream("1")
-    stream.record(SAMPLING)
+    _record(stream, SAMPLING)
     for n in range(resumable_stream.KEEP_NOTIFICATIONS * 3):
-        stream.record({**PROGRESS, "params": {"progress": n}})
-    stream.record(REPLY)
+        _record(stream, {**PROGRESS, "params": {"progress": n}})
+    _record(stream, REPLY)
     kept = [orjson.loads(e.split(b"data: ", 1)[1]) for _, e in stream.after(0)]
     assert kept[0] == SAMPLING and kept[-1] == REPLY
     notes = kept[1:-1]
@@ -394,7 +399,7 @@ def test_notifications_kept_are_bounded_requests_and_the_reply_never_dropped() -
 def test_after_gives_the_kept_events_past_a_point_in_order(notes: list[bool], seq: int) -> None:
     stream = ResumableStream("4")
     for i, note in enumerate(notes):
-        stream.record(PROGRESS if note else {**SAMPLING, "id": i})
+        _record(stream, PROGRESS if note else {**SAMPLING, "id": i})
     got = [s for s, _ in stream.after(seq)]
     assert got == sorted(got) and all(s > seq for s in got)
     assert len(got) == max(0, len(notes) - max(seq, 0))
@@ -403,7 +408,7 @@ def test_after_gives_the_kept_events_past_a_point_in_order(notes: list[bool], se
 @given(st.text(max_size=30), st.integers(min_value=0, max_value=10**12 - 1))
 def test_event_ids_read_back(stream_id: str, seq: int) -> None:
     stream = ResumableStream(stream_id)
-    stream.record({**SAMPLING, "id": 1})
+    _record(stream, {**SAMPLING, "id": 1})
     if stream_id.strip() == stream_id and stream_id:
         assert parse_event_id(f"{stream_id}/{seq}") == (stream_id, seq)
 

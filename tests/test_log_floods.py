@@ -13,7 +13,9 @@ import orjson
 import pytest
 
 from gateway import wire
+from gateway.flow_control import QueueBounds
 from gateway.fronts import http_output
+from gateway.fronts.client_queues import ClientQueues
 from gateway.log_limit import LogLimiter
 
 NOTES = [sys.executable, "-m", "gateway.examples.notes_server"]
@@ -79,19 +81,25 @@ def test_log_limiter_burst_logs_that_many_per_interval_then_counts() -> None:
 @pytest.mark.anyio
 async def test_a_slow_reader_bounds_the_queue_of_notifications_not_the_reply() -> None:
     """A server that floods a call with notifications while its client reads
-    slowly: the gateway queues at most MAX_QUEUED of them, and the reply still
-    arrives."""
-    output = http_output.HttpOutput()
+    slowly: the gateway queues at most `max_queued_notification_bytes` of
+    them, and the reply still arrives."""
+    queues = ClientQueues(QueueBounds(64 * 1024, 8 * 1024))
+    output = http_output.HttpOutput(queues, "local")
     request = wire.request(7, "tools/call", {"name": "x", "_meta": {"progressToken": "t"}})
     stream = output.open(request)
     note = wire.notification("notifications/progress", {"progressToken": "t", "progress": 1})
-    for _ in range(http_output.MAX_QUEUED * 5):
+    for _ in range(5000):
         output.deliver(note)
-    output.deliver(wire.result_response(7, {"content": []}))
-    assert len(stream) == http_output.MAX_QUEUED + 1
-    received = [await stream.get() for _ in range(http_output.MAX_QUEUED + 1)]
-    assert received[-1] == wire.result_response(7, {"content": []})
+    reply = wire.result_response(7, {"content": []})
+    output.deliver(reply)
+    kept = len(stream) - 1
+    assert 0 < kept < 5000
+    assert stream.queued == kept * len(orjson.dumps(note)) + len(orjson.dumps(reply))
+    assert kept * len(orjson.dumps(note)) <= 8 * 1024
+    received = [(await stream.get()).msg for _ in range(kept + 1)]
+    assert received[-1] == reply
     assert stream.get_nowait() is None  # nothing else was queued
+    assert len(queues) == 0  # what was read is no longer counted
     output.close(7)
     with pytest.raises(anyio.EndOfStream):
         await stream.get()

@@ -13,6 +13,7 @@ import pytest
 
 from gateway import wire
 from gateway.fronts import http_answers
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.http_output import Inbox
 from tests.mock_clock import on_mock_clock
 
@@ -50,7 +51,7 @@ async def test_a_slow_reader_loses_no_message_to_the_keepalive_timer(
     so a write that outlasted it was cancelled after its message had left
     the queue, and that message was lost."""
     monkeypatch.setattr(http_answers, "KEEPALIVE", 0.01)
-    stream = Inbox()
+    stream = Inbox(ClientQueues(), "local")
     for n in range(1, 4):
         stream.put(wire.notification("notifications/message", {"level": "info", "data": n}))
     stream.close()

@@ -9,6 +9,7 @@ import anyio
 import orjson
 
 from gateway import wire
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.sse_sessions import MAX_BATCH_BYTES, EventQueue, message_event
 from tests.inprocess import http_gateway
 from tests.scripted import legacy_server
@@ -40,7 +41,8 @@ async def test_a_write_is_bounded_and_a_large_event_goes_alone() -> None:
     """A batch holds events up to MAX_BATCH_BYTES; an event larger than that
     is written alone; nothing is lost or reordered, and the queue's byte
     count (its overflow bound) follows what was taken."""
-    queue = EventQueue()
+    queues = ClientQueues()
+    queue = EventQueue(queues, "local")
     small = [_event(100) for _ in range(3)]
     big = _event(MAX_BATCH_BYTES)
     many = [_event(MAX_BATCH_BYTES // 4) for _ in range(5)]
@@ -58,5 +60,6 @@ async def test_a_write_is_bounded_and_a_large_event_goes_alone() -> None:
     assert all(len(w) <= MAX_BATCH_BYTES for w in writes[2:]) and len(writes) == 4
     assert b"".join(writes) == b"".join([*small, big, *many])
     assert queue.size == 0 and len(queue) == 0
+    assert len(queues) == 0  # nothing left counted against the principal
     events = [e for w in writes for e in w.split(b"\n\n") if e]
     assert [orjson.loads(e.split(b"data: ", 1)[1])["method"] for e in events] == ["n"] * 9

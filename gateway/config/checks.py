@@ -212,6 +212,7 @@ def _check_bounds(cfg: Config) -> None:
         "max_inflight_per_client",
         "http_max_sessions",
         "http_max_concurrent",
+        "http_max_queued_bytes_per_principal",
         "http_max_connections",
         "tasks_max_live",
         "max_listen_uris",

@@ -42,6 +42,7 @@ KEYS: dict[tuple[str, str], str] = {
     ("http", "max_sessions_per_principal"): "http_max_sessions_per_principal",
     ("http", "session_idle"): "http_session_idle",
     ("http", "max_concurrent"): "http_max_concurrent",
+    ("http", "max_queued_bytes_per_principal"): "http_max_queued_bytes_per_principal",
     ("http", "forward_authorization"): "http_forward_authorization",
     ("http", "max_header_bytes"): "http_max_header_bytes",
     ("http", "header_timeout"): "http_header_timeout",

@@ -111,6 +111,10 @@ class Config:
     http_max_sessions_per_principal: int = 0  # 0: 3/4 of max_sessions
     http_session_idle: float = 1800.0
     http_max_concurrent: int = 64  # requests in progress per principal
+    # The bytes queued toward one principal's HTTP clients over all their
+    # streams (each stream holds at most `queue_bounds`); at least one
+    # stream's bound is used (gateway/fronts/client_queues.py).
+    http_max_queued_bytes_per_principal: int = 64 * 1024 * 1024
     # Connection limits (gateway/fronts/http_limits.py and its parts)
     http_max_header_bytes: int = 32 * 1024  # request line + headers (431 beyond)
     http_header_timeout: float = 10.0  # the whole head must arrive within it (408)

@@ -66,6 +66,7 @@ class DirectPosts:
         self.access = access
         self.calls = calls
         self.sessions = sessions
+        self.queues = sessions.queues
         self.tools = tools
         self.limit = service.config.max_message_bytes
         self._prime_after = calls.streams.prime_after
@@ -103,7 +104,7 @@ class DirectPosts:
         if http_requests.post_is_modern(headers, msg):
             if http_binding.modern_request_refusal(headers, msg, self.tools) is not None:
                 return False
-            output, link = http_link(principal)
+            output, link = http_link(self.queues, principal)
             try:
                 call = calls.open(link, output, msg, True, None, None, answer.gone)
             except HttpError:

@@ -15,7 +15,7 @@ from gateway.core import http_binding
 from gateway.core.mrtr_shapes import is_input_required
 from gateway.core.task_shapes import is_task
 from gateway.fronts.asgi import Receive, Scope, Send, chunk, sse_start, watch_disconnect
-from gateway.fronts.http_output import Inbox
+from gateway.fronts.http_output import Inbox, Out
 from gateway.fronts.port import Readiness
 
 KEEPALIVE = 15.0
@@ -58,7 +58,8 @@ class Answer:
         """End the answer with `reply`: a JSON response, or the open SSE
         stream's last event."""
         if self.state == "sse":
-            await send({"type": "http.response.body", "body": sse_event(reply), "more_body": False})
+            data = sse_event(orjson.dumps(reply))
+            await send({"type": "http.response.body", "body": data, "more_body": False})
         else:
             await respond(send, http_binding.status_for(reply), reply)
         self.state = "done"
@@ -75,7 +76,7 @@ def is_reply_to(msg: wire.Message, msg_id: wire.RequestId) -> bool:
     return "method" not in msg and msg.get("id") == msg_id
 
 
-async def next_or_keepalive(stream: Inbox, send: Send) -> wire.Message:
+async def next_or_keepalive(stream: Inbox, send: Send) -> Out:
     """The stream's next message, with an SSE comment every KEEPALIVE seconds
     of silence so that proxies keep the response open."""
     while True:  # each pass waits KEEPALIVE at most
@@ -84,8 +85,9 @@ async def next_or_keepalive(stream: Inbox, send: Send) -> wire.Message:
         await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
-def sse_event(msg: wire.Message) -> bytes:
-    return b"event: message\ndata: " + orjson.dumps(msg) + b"\n\n"
+def sse_event(data: bytes) -> bytes:
+    """The SSE event of a message (`data`: its JSON)."""
+    return b"event: message\ndata: " + data + b"\n\n"
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
@@ -135,7 +137,13 @@ async def read_body(receive: Receive, limit: int) -> bytes:
 async def respond(
     send: Send, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    data = orjson.dumps(body)
+    await respond_json(send, status, orjson.dumps(body), extra)
+
+
+async def respond_json(
+    send: Send, status: int, data: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A JSON response whose body is `data`, encoded already."""
     await send(
         {
             "type": "http.response.start",
@@ -181,7 +189,7 @@ async def answer_request(
     answer: Answer,
     *,
     forward_authorization: bool,
-    first: wire.Message | None = None,
+    first: Out | None = None,
     affinity: tuple[bytes, bytes] | None = None,
 ) -> wire.Message | None:
     """Answer one request from its stream (`first`: its first message, when
@@ -198,38 +206,38 @@ async def answer_request(
             )
             answer.state = "done"
             return None
-    if is_reply_to(first, msg_id):
-        extra = extra_headers(first) if extra_headers else []
-        status = http_binding.status_for(first) if modern else 200
-        refusal = http_binding.auth_refusal(first)
+    msg, data = first
+    if is_reply_to(msg, msg_id):
+        extra = extra_headers(msg) if extra_headers else []
+        status = http_binding.status_for(msg) if modern else 200
+        refusal = http_binding.auth_refusal(msg)
         if refusal is not None and forward_authorization:
             # The client's own credential was refused: its status and
             # challenge are the client's to see (2025-11-25 authorization).
             status, challenge = refusal
             if challenge is not None:
                 extra.append((b"www-authenticate", challenge.encode("latin-1", "replace")))
-        if affinity is not None and needs_affinity(first.get("result")):
+        if affinity is not None and needs_affinity(msg.get("result")):
             extra.append(affinity)
         answer.state = "json"
-        await respond(send, status, first, extra)
+        await respond_json(send, status, data, extra)
         answer.state = "done"
-        return first
-    extra = extra_headers(first) if extra_headers else []
+        return msg
+    extra = extra_headers(msg) if extra_headers else []
     if affinity is not None:
         # Its outcome is not known yet: if it asks for input, the retry must
         # come back here.
         extra.append(affinity)
     await send(sse_start(*extra))
     answer.state = "sse"
-    msg = first
     while True:  # ends with the reply (or when the client goes)
-        await send(chunk(sse_event(msg), more=True))
+        await send(chunk(sse_event(data), more=True))
         if is_reply_to(msg, msg_id):
             await send(chunk(b"", more=False))
             answer.state = "done"
             return msg
         try:
-            msg = await next_or_keepalive(stream, send)
+            msg, data = await next_or_keepalive(stream, send)
         except anyio.EndOfStream:  # the session ended under the request
             await send(chunk(b"", more=False))
             answer.state = "done"
@@ -249,7 +257,7 @@ async def serve_session_stream(stream: Inbox, receive: Receive, send: Send) -> N
             # lose a message already taken off the stream.
             with anyio.move_on_after(KEEPALIVE):
                 try:
-                    data = sse_event(await stream.get())
+                    data = sse_event((await stream.get()).data)
                 except anyio.EndOfStream:
                     break
             await send(chunk(data, more=True))

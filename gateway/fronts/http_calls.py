@@ -28,7 +28,7 @@ from gateway.fronts.http_answers import (
     needs_affinity,
     respond,
 )
-from gateway.fronts.http_output import HttpOutput, Inbox
+from gateway.fronts.http_output import HttpOutput, Inbox, Out
 from gateway.fronts.legacy_session import LegacySession
 from gateway.fronts.legacy_streams import LegacyStreams, WholeAnswer
 from gateway.fronts.metrics import Metrics
@@ -162,7 +162,7 @@ class HttpCalls:
 
     def close(self, call: HttpCall) -> None:
         call.output.close(call.msg["id"])
-        call.inbox.close()
+        call.inbox.discard()  # the answer is over: what it did not write goes
         self.access.end(call.link.principal)
 
     async def answer(self, call: HttpCall, receive: Receive, send: Send) -> None:
@@ -178,7 +178,7 @@ class HttpCalls:
                 self.observe(call, last)
             return
         answer = Answer()
-        first: wire.Message | None = None
+        first: Out | None = None
         if not self._cut_off:
             self._firsts.add(stream)
             try:
@@ -203,7 +203,7 @@ class HttpCalls:
         # None when the client went away first (the watcher cancelled) or
         # the session ended under the request: both cancel it upstream.
         reply: wire.Message | None = None
-        if first is not None and is_reply_to(first, msg_id):
+        if first is not None and is_reply_to(first.msg, msg_id):
             # Most calls: the reply is all there is, and no task watches the client.
             reply = await answer_it()
         elif gone is None or not gone.gone:  # else nobody is left to answer

@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 from gateway import inbound, wire
 from gateway.core import http_binding, http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Scope, Send, client_gone
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.direct_posts import DirectPosts
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import (
@@ -48,11 +49,17 @@ class HttpFront:
         self._tools = http_binding.ToolHeaderCache()
         self.access = HttpAccess(self.config, service.remember_credential)
         self._calls = HttpCalls(service, metrics, self.access, self._tools)
-        self._sessions = HttpSessions(service, self._calls)
+        # What waits to be written to the clients, per stream and per principal.
+        self.queues = ClientQueues.of(self.config)
+        self._sessions = HttpSessions(service, self._calls, self.queues)
         # The plain POSTs, answered by the front's own server without a task.
         self.direct = DirectPosts(service, self.access, self._calls, self._sessions, self._tools)
         # The deprecated HTTP+SSE transport's clients, when it is on.
-        self.sse = SseFront(service, self.access, metrics) if self.config.http_sse_front else None
+        self.sse = (
+            SseFront(service, self.access, metrics, self.queues)
+            if self.config.http_sse_front
+            else None
+        )
         if self.sse is not None:
             # One `[http] max_sessions` for the legacy sessions of both transports.
             self._sessions.others = self.sse.sessions.by_id
@@ -97,6 +104,7 @@ class HttpFront:
                         self.service.snapshot(),
                         len(self.sessions),
                         0 if self.sse is None else len(self.sse.sessions.by_id),
+                        self.queues.total,
                     ),
                     "text/plain; version=0.0.4",
                 )
@@ -233,7 +241,7 @@ class HttpFront:
             self.metrics.count_http_error(400)
             await respond(send, 400, problem)
             return
-        output, link = http_link(principal)
+        output, link = http_link(self.queues, principal)
         self.service.links.add(link)
         try:
             await self._calls.run(link, output, msg, receive, send, modern=True, gone=gone)

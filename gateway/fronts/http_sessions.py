@@ -19,6 +19,7 @@ from gateway.client_link import ClientLink
 from gateway.core import fair_share
 from gateway.core.routing import LegacyClientSession
 from gateway.fronts.asgi import Receive, Send
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.http_answers import HttpError, serve_session_stream
 from gateway.fronts.http_calls import HttpCalls
 from gateway.fronts.http_output import http_link
@@ -43,9 +44,10 @@ def too_many(refusal: str) -> str:
 
 
 class HttpSessions:
-    def __init__(self, service: GatewayPort, calls: HttpCalls) -> None:
+    def __init__(self, service: GatewayPort, calls: HttpCalls, queues: ClientQueues) -> None:
         self.service = service
         self.calls = calls
+        self.queues = queues
         self.by_id: dict[str, LegacySession] = {}
         # The front's other legacy sessions (HTTP+SSE), under the same limit.
         self.others: Mapping[str, HasLink] = {}
@@ -59,7 +61,7 @@ class HttpSessions:
         refusal = self.refusal(principal)
         if refusal is not None:
             raise HttpError(503, too_many(refusal), wire.INTERNAL_ERROR, msg.get("id"))
-        output, link = http_link(principal)
+        output, link = http_link(self.queues, principal)
         session = LegacySession(secrets.token_urlsafe(24), link, output)
         self.service.links.add(link)
         opened: list[LegacyClientSession | None] = []
@@ -132,7 +134,7 @@ class HttpSessions:
             await serve_session_stream(stream, receive, send)
         finally:
             session.output.close_get()
-            stream.close()
+            stream.discard()
 
     def end(self, session: LegacySession, why: str) -> None:
         self.by_id.pop(session.id, None)

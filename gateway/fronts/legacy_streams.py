@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+import orjson
 import structlog
 
 from gateway import wire
 from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
-from gateway.fronts.http_output import Inbox
+from gateway.fronts.http_output import Inbox, Out
 from gateway.fronts.resumable_stream import (
     ResumableStream,
     message_event,
@@ -144,7 +145,7 @@ class LegacyStreams:
         came (the caller answers 404). `gone`: the server's word when the
         client leaves, if it gives one (else a watcher waits for it);
         `since`: when the request came (the clock's), if not now."""
-        first: wire.Message | None = None
+        first: Out | None = None
         waited = ended = False
         now = self._clock()
         since = now if since is None else since
@@ -184,7 +185,7 @@ class LegacyStreams:
             stream.cut_off = True
             stream.end(_shutdown_error(msg_id))
         elif first is not None:
-            stream.record(first)
+            stream.record(*first)
         elif not waited:  # the client left before anything was sent: nothing to resume
             return Outcome(None, cancel_upstream=True)
         attachment = stream.attach()
@@ -218,7 +219,9 @@ class LegacyStreams:
         answer() writes then, primed and whole (the front's own server
         writes it at once)."""
         stream_id = streams.next_id()
-        data = priming_event(stream_id, 0, self._retry_ms) + message_event(stream_id, 1, reply)
+        data = priming_event(stream_id, 0, self._retry_ms) + message_event(
+            stream_id, 1, orjson.dumps(reply)
+        )
         return WholeAnswer(200, SSE_HEADERS, data)
 
     async def _pump(
@@ -235,7 +238,7 @@ class LegacyStreams:
                 if self._cut_off():
                     scope.cancel()
                 while not stream.ended:  # ends with the reply
-                    stream.record(await inbox.get())
+                    stream.record(*await inbox.get())
             except anyio.EndOfStream:  # the session ended under the call
                 stream.end()
             finally:

@@ -85,10 +85,17 @@ class Metrics:
     def count_http_error(self, status: int) -> None:
         self.http_errors[status] += 1
 
-    def render(self, gateway: GatewaySnapshot, client_sessions: int, sse_sessions: int = 0) -> str:
+    def render(
+        self,
+        gateway: GatewaySnapshot,
+        client_sessions: int,
+        sse_sessions: int = 0,
+        client_queued_bytes: int = 0,
+    ) -> str:
         """`client_sessions`: the legacy client sessions open on the front
         over Streamable HTTP; `sse_sessions`: over the deprecated HTTP+SSE
-        transport."""
+        transport; `client_queued_bytes`: the bytes waiting for the front's
+        clients to read them."""
         lines = [
             *self.build_info,
             "# HELP mcp_gateway_requests_total Requests answered, by era path, method,"
@@ -158,6 +165,10 @@ class Metrics:
             " (its reader gone, a full disk).",
             "# TYPE mcp_gateway_log_lines_dropped_total counter",
             f"mcp_gateway_log_lines_dropped_total {gateway.log_lines_dropped}",
+            "# HELP mcp_gateway_client_queued_bytes Bytes queued toward HTTP clients, not yet"
+            " written to their connections.",
+            "# TYPE mcp_gateway_client_queued_bytes gauge",
+            f"mcp_gateway_client_queued_bytes {client_queued_bytes}",
             "# HELP mcp_gateway_messages_dropped_total Messages not delivered to a peer that"
             " reads too slowly (a reply is replaced by a peer-not-reading error), by kind.",
             "# TYPE mcp_gateway_messages_dropped_total counter",

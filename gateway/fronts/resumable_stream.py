@@ -53,10 +53,11 @@ class ResumableStream:
         before any message (TS SDK clients forget the id they resumed with)."""
         return priming_event(self.stream_id, seq, retry_ms)
 
-    def record(self, msg: wire.Message) -> None:
+    def record(self, msg: wire.Message, data: bytes) -> None:
+        """Record `msg` (`data`: its JSON) as the stream's next event."""
         seq = self._next
         self._next += 1
-        event = message_event(self.stream_id, seq, msg)
+        event = message_event(self.stream_id, seq, data)
         note = "id" not in msg
         self._events.append((seq, event, note))
         if note:
@@ -94,7 +95,7 @@ class ResumableStream:
         if self.ended:
             return
         if reply is not None:
-            self.record(reply)
+            self.record(reply, orjson.dumps(reply))
         self.ended = True
         self._wake()
 
@@ -153,14 +154,9 @@ def priming_event(stream_id: str, seq: int, retry_ms: int) -> bytes:
     return f"id: {stream_id}/{seq}\nretry: {retry_ms}\ndata: \n\n".encode()
 
 
-def message_event(stream_id: str, seq: int, msg: wire.Message) -> bytes:
-    return (
-        b"id: "
-        + f"{stream_id}/{seq}".encode()
-        + b"\nevent: message\ndata: "
-        + orjson.dumps(msg)
-        + b"\n\n"
-    )
+def message_event(stream_id: str, seq: int, data: bytes) -> bytes:
+    """The event of a message (`data`: its JSON) with its id."""
+    return b"id: " + f"{stream_id}/{seq}".encode() + b"\nevent: message\ndata: " + data + b"\n\n"
 
 
 def _seq(item: tuple[int, bytes, bool]) -> int:

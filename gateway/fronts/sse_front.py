@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from gateway import inbound, wire
 from gateway.core import http_requests
 from gateway.fronts.asgi import ClientGone, Receive, Send, chunk, sse_start, watch_disconnect
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, read_body, respond_empty
 from gateway.fronts.http_sessions import too_many
@@ -43,11 +44,13 @@ def endpoint_event(session_id: str) -> bytes:
 
 
 class SseFront:
-    def __init__(self, service: GatewayPort, access: HttpAccess, metrics: Metrics) -> None:
+    def __init__(
+        self, service: GatewayPort, access: HttpAccess, metrics: Metrics, queues: ClientQueues
+    ) -> None:
         self.service = service
         self.config = service.config
         self.access = access
-        self.sessions = SseSessions(service, access, metrics)
+        self.sessions = SseSessions(service, access, metrics, queues)
         self.keepalive = KEEPALIVE
         self.tg: TaskGroup | None = None  # the server's, where the service runs each call
 

@@ -5,8 +5,9 @@ Each is one event stream: the client link's every message (replies, server
 requests, notifications) is queued for it in order, and the GET that opened
 it writes them out. The session lives exactly as long as that stream. A
 client that stops reading is bounded: past `max_queued` waiting messages
-or `max_queued_bytes` of them the stream is cut and the session ends, with
-one log line.
+or `max_queued_bytes` of them, or past `[http] max_queued_bytes_per_principal`
+waiting on all the streams of its principal (fronts/client_queues.py), the
+stream is cut and the session ends, with one log line.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import structlog
 
 from gateway import wire
 from gateway.client_link import ClientLink
+from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.http_access import HttpAccess
-from gateway.fronts.http_output import MAX_QUEUED
 from gateway.fronts.metrics import Metrics
 from gateway.fronts.port import GatewayPort
 from gateway.log_limit import LogLimiter
 
 log = structlog.get_logger("gateway.fronts.sse")
 
-# The bytes of events waiting for one stream (with MAX_QUEUED messages).
-MAX_QUEUED_BYTES = 16 * 1024 * 1024
+# The events waiting for one stream, at most (and at most `[gateway]
+# max_queued_bytes` of them, or twice `max_message_bytes` if more).
+MAX_QUEUED = 1024
 # Events already queued go out together up to this many bytes: under load
 # replies come in bursts, and each write is a send() (and an HTTP chunk).
 MAX_BATCH_BYTES = 64 * 1024
@@ -42,14 +44,17 @@ SESSION_ID = re.compile(r"[A-Za-z0-9_-]{32}")
 
 class EventQueue:
     """The encoded events on their way to one stream, in order, and how
-    many bytes they hold: the bound is on both, so that a client that stops
-    reading costs at most so much memory however large its messages."""
+    many bytes they hold (counted with the other streams of its principal
+    in `queues`): the bound is on both, so that a client that stops reading
+    costs at most so much memory however large its messages."""
 
-    __slots__ = ("_event", "_items", "closed", "size")
+    __slots__ = ("_event", "_items", "_principal", "_queues", "closed", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, queues: ClientQueues, principal: str) -> None:
         self._items: deque[bytes] = deque()
         self._event: anyio.Event | None = None
+        self._queues = queues
+        self._principal = principal
         self.size = 0
         self.closed = False
 
@@ -61,6 +66,7 @@ class EventQueue:
             return
         self._items.append(data)
         self.size += len(data)
+        self._queues.add(self._principal, len(data))
         if self._event is not None:
             self._event.set()
 
@@ -68,6 +74,14 @@ class EventQueue:
         self.closed = True
         if self._event is not None:
             self._event.set()
+
+    def discard(self) -> None:
+        """The stream is over: what it did not write goes, its bytes released."""
+        self.close()
+        if self.size:
+            self._queues.release(self._principal, self.size)
+        self._items.clear()
+        self.size = 0
 
     async def get(self) -> bytes:
         """The next event and those queued after it, in order, up to
@@ -91,6 +105,7 @@ class EventQueue:
                 batch.append(items.popleft())
             data = b"".join(batch)
         self.size -= len(data)
+        self._queues.release(self._principal, len(data))
         return data
 
 
@@ -102,7 +117,7 @@ def message_event(msg: wire.Message) -> bytes:
 class SseSession:
     id: str
     link: ClientLink
-    outbox: EventQueue = field(default_factory=EventQueue)
+    outbox: EventQueue
     # The client's requests not yet answered, counted against its principal:
     # their method and when they came (for the request metrics).
     pending: dict[wire.RequestId, tuple[str, float]] = field(default_factory=dict)
@@ -116,16 +131,20 @@ class SseSession:
 
 
 class SseSessions:
-    def __init__(self, service: GatewayPort, access: HttpAccess, metrics: Metrics) -> None:
+    def __init__(
+        self, service: GatewayPort, access: HttpAccess, metrics: Metrics, queues: ClientQueues
+    ) -> None:
         self.service = service
         self.access = access
         self.metrics = metrics
+        self.queues = queues
         self.by_id: dict[str, SseSession] = {}
         self.max_queued = MAX_QUEUED
         # Many clients that stop reading at once must not flood the log.
         self.overflow_log = LogLimiter(log)
         # At least one message of the largest size the gateway passes.
-        self.max_queued_bytes = max(MAX_QUEUED_BYTES, 2 * service.config.max_message_bytes)
+        config = service.config
+        self.max_queued_bytes = max(config.queue_bounds.queue_bytes, 2 * config.max_message_bytes)
 
     def open(self, principal: str) -> SseSession:
         holder: list[SseSession] = []
@@ -137,7 +156,7 @@ class SseSessions:
             self._deliver(holder[0], msg)
 
         link = ClientLink(send=send, send_nowait=deliver, principal=principal, transport="sse")
-        session = SseSession(secrets.token_urlsafe(24), link)
+        session = SseSession(secrets.token_urlsafe(24), link, EventQueue(self.queues, principal))
         holder.append(session)
         self.by_id[session.id] = session
         self.service.links.add(link)
@@ -166,12 +185,20 @@ class SseSessions:
             )
         data = message_event(msg)
         outbox = session.outbox
-        if len(outbox) >= self.max_queued or outbox.size + len(data) > self.max_queued_bytes:
+        principal = session.link.principal
+        shared = self.queues.queued(principal) + len(data) > self.queues.shared.queue_bytes
+        if (
+            len(outbox) >= self.max_queued
+            or outbox.size + len(data) > self.max_queued_bytes
+            or shared
+        ):
             self.overflow_log.warning(
                 "sse session ended: its client does not read its stream",
                 session=session.id[:8],
                 queued=len(outbox),
                 queued_bytes=outbox.size,
+                principal_queued_bytes=self.queues.queued(principal),
+                bound="principal" if shared else "stream",
             )
             self.stop(session, "its client does not read its stream", cut=True)
             return
@@ -194,7 +221,7 @@ class SseSessions:
             return
         why = session.ended_why or "the client closed the stream"
         session.ended_why = why
-        session.outbox.close()
+        session.outbox.discard()
         for _ in session.pending:
             self.access.end(session.link.principal)
         session.pending.clear()

@@ -17,7 +17,7 @@ import anyio
 
 from gateway import wire
 from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
-from gateway.peer_queue import PeerQueue, QueueFull
+from gateway.peer_queue import ClientNotReading, PeerQueue, QueueFull
 from gateway.pipes import PipeReader, PipeWriter
 
 
@@ -27,11 +27,6 @@ class BadLine:
 
     reply: wire.Message | None
     reason: str
-
-
-class ClientNotReading(anyio.BrokenResourceError):
-    """A request for the client that its queue cannot take: whoever sends it
-    gets what it gets when the client is gone, at once."""
 
 
 class StdioFront:

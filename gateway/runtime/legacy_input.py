@@ -179,6 +179,12 @@ class LegacyInputLoop:
         try:
             await link.send(wire.request(gateway_id, request["method"], request.get("params")))
             await forwarded.done.wait()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            # Refused by the client's queue (it does not read what it is
+            # sent, gateway/flow_control.py) or gone: the call ends now.
+            raise _Refused(
+                "The client did not take the server's request: it is gone or not reading"
+            ) from exc
         finally:
             link.server_requests.pop(gateway_id, None)
         if forwarded.reply is None:

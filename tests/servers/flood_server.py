@@ -4,9 +4,10 @@ stops (a sync tool blocking its loop), and when it writes it writes as fast
 as the pipe takes.
 
 Tools:
-- `flood {count, size}`: `count` progress notifications of about `size`
-  bytes on the call's progress token (log messages when it has none), then
-  "flood done" on stderr (the gateway's log carries it), then the result.
+- `flood {count, size, reply_pad?}`: `count` progress notifications of
+  about `size` bytes on the call's progress token (log messages when it has
+  none), then "flood done" on stderr (the gateway's log carries it), then
+  the result (with `reply_pad` bytes more).
 - `hold {release_file}`: stops reading stdin until `release_file` exists.
 - `echo {..., reply_pad?}`: the arguments back (and `reply_pad` bytes more).
 - `fork_and_exit {pid_file}`: starts a child that inherits stdout and stderr
@@ -35,6 +36,9 @@ def result(msg_id: Any, res: dict[str, Any]) -> None:
     send({"jsonrpc": "2.0", "id": msg_id, "result": res})
 
 
+# The versions it speaks: a client's, if one of them, else the newest.
+VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+
 TOOLS = [
     {"name": name, "inputSchema": {"type": "object"}}
     for name in ("flood", "hold", "echo", "fork_and_exit")
@@ -56,7 +60,7 @@ def call(msg_id: Any, params: dict[str, Any]) -> None:
                 send({"jsonrpc": "2.0", "method": "notifications/message", "params": log})
         sys.stderr.write("flood done\n")
         sys.stderr.flush()
-        text = f"flooded {args.get('count', 0)}"
+        text = f"flooded {args.get('count', 0)}" + "r" * int(args.get("reply_pad", 0))
         result(msg_id, {"content": [{"type": "text", "text": text}]})
     elif name == "hold":
         release = Path(args["release_file"])
@@ -81,10 +85,11 @@ def main() -> None:
         if msg_id is None or method is None:
             continue
         if method == "initialize":
+            asked = (msg.get("params") or {}).get("protocolVersion")
             result(
                 msg_id,
                 {
-                    "protocolVersion": "2025-11-25",
+                    "protocolVersion": asked if asked in VERSIONS else VERSIONS[0],
                     "capabilities": {"tools": {}, "logging": {}},
                     "serverInfo": {"name": "flood", "version": "1"},
                 },
