@@ -126,13 +126,7 @@ class FlowClient:
         return self.replies()
 
     def log_events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in bytes(self.stderr).splitlines():
-            try:
-                events.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                continue
-        return events
+        return json_lines(self.stderr)
 
 
 @asynccontextmanager
@@ -178,3 +172,14 @@ async def wait_for_log(
                 if line.get("event") == event and all(line.get(k) == v for k, v in fields.items()):
                     return line
             await client.logged.wait()
+
+
+def json_lines(stderr: bytes | bytearray) -> list[dict[str, Any]]:
+    """The gateway's JSON log lines in what it wrote to stderr (others skipped)."""
+    events = []
+    for line in bytes(stderr).splitlines():
+        try:
+            events.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    return events

@@ -25,7 +25,7 @@ import httpx
 import orjson
 from anyio.abc import Process
 
-from tests.flow_harness import FLOOD, MODERN_META
+from tests.flow_harness import FLOOD, MODERN_META, json_lines
 from tests.http_answers import answer_of, sse_messages
 from tests.test_http_front import free_port
 
@@ -64,13 +64,7 @@ class HttpFlowGateway:
             self.logged = anyio.Event()
 
     def log_events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in bytes(self.stderr).splitlines():
-            try:
-                events.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                continue
-        return events
+        return json_lines(self.stderr)
 
     async def wait_for_log(
         self, event: str, timeout: float = 20, count: int = 1, **fields: object
