@@ -469,7 +469,10 @@ def _children(pid: int) -> list[str]:
 
 
 def _gone(pid: str) -> bool:
-    return not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:  # reaped, perhaps between two looks
+        return True
 
 
 async def test_sigterm_stops_the_sidecar_cleanly(tmp_path: Path) -> None:

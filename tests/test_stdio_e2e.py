@@ -84,9 +84,12 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is dead for our purposes only once reaped; check its state.
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "zombie" not in status.read_text()
+    # A zombie is dead for our purposes only once reaped; check its state. The
+    # process can be reaped between the signal and the read: that is gone too.
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
 
 
 async def wait_gone(pid: int, timeout: float = 10) -> None:
