@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 
 from bench.https_back import self_signed
 from gateway import era, wire
-from gateway.backs import http_client
-from gateway.backs.http_client import HttpClient
-from gateway.backs.http_direct import DirectPool
+from gateway.backs import http_failures
+from gateway.backs.http_session import HttpSession
 from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.log_limit import LogLimiter
@@ -48,7 +47,7 @@ from tests.test_http_back import (
     modern,
     reply_of,
 )
-from tests.test_http_direct import json_answer, raw_server, reply_to
+from tests.test_http_connection import json_answer, raw_server, reply_to
 
 pytestmark = pytest.mark.anyio
 
@@ -111,31 +110,30 @@ async def answers(req: HttpRequest, server: HttpServer) -> Reply:
     )
 
 
-@pytest.fixture(params=["direct", "general"])
+@pytest.fixture(params=["callbacks", "awaited"])
 def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The HTTP back's two ways of carrying a call, both under these answers:
-    the direct one (http_direct, parsed in the loop's callbacks), which calls
-    take on asyncio, and the general one (http_client over h11, in a task),
-    which calls take on another event loop and which carries the back's
-    other exchanges (initialize, the GET stream, DELETE, HTTP+SSE): reached
-    here with the direct one switched off."""
+    """The two ways the HTTP back's one connection carries a call, both
+    under these answers: written with its answer read in the connection's
+    callbacks (how calls go), and awaited by a task (how a call goes on once
+    it must wait, and how the back's other exchanges go): reached here by
+    a session that cannot write a call's head ahead."""
     # The limiter of the one line for a server writing past its answers is
     # the module's: a new one for each test.
     fresh = LogLimiter(structlog.get_logger("gateway.backs.http"))
-    monkeypatch.setattr(http_client, "_past_answer_log", fresh)
-    pools: list[object] = []
-    direct_pool = HttpClient.direct_pool
+    monkeypatch.setattr(http_failures, "past_answer_log", fresh)
+    made: list[bytes | None] = []
+    post_bytes = HttpSession.post_bytes
 
-    def chosen_pool(self: HttpClient, url: str, max_bytes: int) -> DirectPool | None:
-        pool = direct_pool(self, url, max_bytes) if request.param == "direct" else None
-        pools.append(pool)
-        return pool
+    def chosen(self: HttpSession, msg: wire.Message, body: bytes) -> bytes | None:
+        data = post_bytes(self, msg, body) if request.param == "callbacks" else None
+        made.append(data)
+        return data
 
-    monkeypatch.setattr(HttpClient, "direct_pool", chosen_pool)
+    monkeypatch.setattr(HttpSession, "post_bytes", chosen)
     yield str(request.param)
-    # Calls went through the back's choice of path, and took the one named.
-    assert pools
-    assert all(pool is not None for pool in pools) == (request.param == "direct")
+    # Calls went through the back's choice of form, and took the one named.
+    assert made
+    assert all(data is not None for data in made) == (request.param == "callbacks")
 
 
 @pytest.mark.parametrize(
@@ -169,9 +167,8 @@ async def test_a_broken_answer_fails_its_request_and_the_connection_goes_on(
 
 async def test_an_answer_head_that_never_ends_fails_its_call(call_path: str) -> None:
     """Issue #12's "limits as today": an answer's head is bounded at 64 KiB
-    on both paths (h11's bound on the general one; the direct one counts,
-    as httptools buffers a header without end), in the same words: the call
-    fails, the next one goes through."""
+    (the connection counts, as llhttp buffers a header without end): the
+    call fails, the next one goes through."""
 
     def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
         if n == 1:

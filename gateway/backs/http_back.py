@@ -6,19 +6,19 @@ and for a 2024-11-05 server the deprecated HTTP+SSE stream.
 It offers the same face as the stdio back (`send`, `send_nowait`,
 `receive_batch`, `run_background`, `aclose`, `terminate`), so the pool, the era
 probe, sessions and the MRTR bridge run over it unchanged: each request is a
-POST, written at once with its answer read in callbacks (http_direct) or,
-where that cannot serve, in a background task; what comes back — the reply,
-plus any notifications or server requests on its SSE stream, or on the
-legacy GET stream — lands in the queue `receive_batch` drains. HTTP failures become
-JSON-RPC error replies under the request's id, so callers (and
-`era_probe.judge`) always see a normal answer. Transport only: it makes no
-protocol decisions beyond what the transport specs require of a client.
+POST, written at once with its answer read in the connection's callbacks
+(http_connection) or, once it must wait for something, in a background task;
+what comes back — the reply, plus any notifications or server requests on its
+SSE stream, or on the legacy GET stream — lands in the queue `receive_batch`
+drains. HTTP failures become JSON-RPC error replies under the request's id, so
+callers (and `era_probe.judge`) always see a normal answer. Transport only: it
+makes no protocol decisions beyond what the transport specs require of a client.
 
 Its parts: `http_session` (where messages go, their headers, what answers set
-up), `http_direct` (the calls' fast path) and `http_sent_call` (one call on
-it), `http_stream` (reading answers and event streams, resumption, the GET
-stream), `http_sse_transport` (the 2024-11-05 transport), `http_wire` (what
-each answer means, no I/O).
+up), `http_client` and `http_connection` (the one HTTP/1.1 client),
+`http_sent_call` (one call sent without a task), `http_stream` (reading
+answers and event streams, resumption, the GET stream), `http_sse_transport`
+(the 2024-11-05 transport), `http_wire` (what each answer means, no I/O).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from anyio.abc import TaskGroup
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClient, HttpClientError, describe
-from gateway.backs.http_direct import DirectPool
+from gateway.backs.http_client import HttpClient, OriginPool, Target
 from gateway.backs.http_exchange import HttpExchange
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.backs.http_sent_call import SentCall, known
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
@@ -50,6 +50,8 @@ from gateway.upstream_errors import ConnectionLost
 log = structlog.get_logger("gateway.backs.http")
 # A server answering calls under each other's ids: one line a minute.
 foreign_log = LogLimiter(log)
+# A server behind a redirect costs a round trip a call: one hint a minute.
+redirect_log = LogLimiter(log)
 
 _ids = itertools.count(1)
 
@@ -120,9 +122,9 @@ class HttpServerConnection:
         # by message identity; handed over per batch (`stream_of`).
         self._origins: dict[int, wire.RequestId] = {}
         self._batch_origins: dict[int, wire.RequestId] = {}
-        # The direct path's connections (looked up at the first request, in
-        # the loop); False where it cannot serve.
-        self._direct: DirectPool | bool | None = None
+        # The connections to the session's origin (looked up at the first
+        # request, in the loop); False where its URL cannot be sent to.
+        self._direct: OriginPool | bool | None = None
 
     # What the session has set up, for the pool and tests to read.
     @property
@@ -282,7 +284,7 @@ class HttpServerConnection:
 
     def _in_callback(self) -> bool:
         """Whether this runs in one of the direct path's callbacks, outside any task."""
-        return isinstance(self._direct, DirectPool) and asyncio.current_task() is None
+        return isinstance(self._direct, OriginPool) and asyncio.current_task() is None
 
     async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """A bug or an odd input (say, a header value HTTP cannot carry) in
@@ -385,7 +387,7 @@ class HttpServerConnection:
                 ):
                     refused = await self.exchange.request(msg, self.deliver_for(msg))
                 if refused is not None:
-                    self.deliver_for(msg)(refused.reply)
+                    self._refused(msg, refused)
         except Exception as exc:
             if msg_id in self._inflight:  # the caller still waits: answer it
                 self.deliver_for(msg)(http_wire.failure_reply(msg_id, describe(exc)))
@@ -394,16 +396,19 @@ class HttpServerConnection:
             if self._session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
                 self._inflight.pop(msg_id, None)
 
-    # -- requests on the direct path (http_direct) -------------------------------------
+    # -- requests sent without a task (http_sent_call) -------------------------------
     def _post_direct(self, msg: wire.Message, inflight: _Inflight) -> bool:
         """POST a request now, its answer read in callbacks; False leaves it
-        to a task (no task group yet, the old HTTP+SSE transport, a loop
-        other than asyncio, a header only h11 may judge)."""
+        to a task (no task group yet, the old HTTP+SSE transport, a header
+        the awaiting form must judge)."""
         session = self._session
         if self._tg is None or session.sse_endpoint is not None:
             return False
         if self._direct is None:
-            self._direct = session.client.direct_pool(session.url, self._max_bytes) or False
+            try:
+                self._direct = session.client.pool(Target.of(session.url))
+            except HttpClientError:
+                self._direct = False  # the awaiting form says why, call by call
         if self._direct is False:
             return False
         data = session.post_bytes(msg, orjson.dumps(msg))
@@ -415,16 +420,27 @@ class HttpServerConnection:
         return True
 
     def dispatch(self, call: SentCall) -> None:
-        assert isinstance(self._direct, DirectPool)
+        assert isinstance(self._direct, OriginPool)
         connection = self._direct.take()
         if connection is None:
             self._spawn(self._connect_direct, call)
         else:
             call.connection = connection
-            connection.send(call.data, call, self._session.stream_timeout.write)
+            connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
+
+    def redirected(self, call: SentCall, url: str) -> None:
+        """The server redirected a call's POST: it goes on, from there, as
+        an awaited exchange (which follows any further hop the same way)."""
+        redirect_log.info(
+            "upstream redirects its POSTs; point [upstream] url at the target to save a round trip",
+            url=self.url,
+            target=url[:200],
+        )
+        msg = call.msg
+        self.continue_in_task(call, lambda: self.exchange.request(msg, self.deliver_for(msg), url))
 
     async def _connect_direct(self, call: SentCall) -> None:
-        assert isinstance(self._direct, DirectPool)
+        assert isinstance(self._direct, OriginPool)
         try:
             connection = await self._direct.connect(self._session.stream_timeout.connect)
         except HttpClientError as exc:
@@ -434,7 +450,7 @@ class HttpServerConnection:
             self._direct.release(connection)
             return
         call.connection = connection
-        connection.send(call.data, call, self._session.stream_timeout.write)
+        connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
 
     def direct_settled(self, call: SentCall, refused: HttpRefusal | None) -> None:
         """What the first POST of a direct call came to, as _run_request
@@ -451,9 +467,15 @@ class HttpServerConnection:
             self.continue_in_task(call, lambda: known(refused))
             return
         if refused is not None:
-            self.deliver_for(msg)(refused.reply)
+            self._refused(msg, refused)
         if self._session.sse_endpoint is None:
             self._inflight.pop(msg_id, None)
+
+    def _refused(self, msg: wire.Message, refused: HttpRefusal) -> None:
+        """What a request's exchange came to instead of a reply, unless it was
+        answered already (a reply under another id stood in for its own)."""
+        if msg["id"] in self._inflight:
+            self.deliver_for(msg)(refused.reply)
 
     def answer_events(self, call: SentCall, headers: dict[str, str]) -> AnswerEvents | None:
         """A direct call's event-stream answer, read in the connection's
@@ -487,12 +509,11 @@ class HttpServerConnection:
         await self._run_request(call.msg, scope, first, call.generation)
 
     def direct_failed(self, call: SentCall, exc: Exception) -> None:
-        """A bug or an odd input met on the direct path: as _guarded says."""
+        """A bug or an odd input met in a call's callbacks: as _guarded says."""
         log.error(
             "upstream http task failed", task="_direct_call", url=self.url, error=describe(exc)
         )
         if call.msg["id"] in self._inflight:  # the caller still waits: answer it
-            self._inflight.pop(call.msg["id"], None)
             self.deliver_for(call.msg)(http_wire.failure_reply(call.msg["id"], describe(exc)))
 
     def deliver_for(self, request: wire.Message) -> Deliver:
@@ -518,7 +539,16 @@ class HttpServerConnection:
                     reason="upstream-failed",
                 )
             if "method" not in msg:
-                self._inflight.pop(msg_id, None)
+                if self._inflight.pop(msg_id, None) is None:
+                    # Answered already (the server sent a second reply, or a
+                    # reply under another id stood in for it), or cancelled:
+                    # one reply a request.
+                    foreign_log.warning(
+                        "upstream replied to a request already answered or given up; dropped",
+                        url=self.url,
+                        id=str(msg_id)[:64],
+                    )
+                    return
                 self._session.observe_reply(request, msg)
             elif "id" not in msg:
                 self._origins[id(msg)] = msg_id

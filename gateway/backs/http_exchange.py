@@ -12,7 +12,8 @@ import structlog
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClientError, Response, describe
+from gateway.backs.http_client import Response
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_stream import HttpRefusal, StreamReader
 
@@ -27,9 +28,12 @@ class HttpExchange:
         self._reader = reader
         self._session_gone = session_gone
 
-    async def request(self, msg: wire.Message, deliver: Deliver) -> HttpRefusal | None:
-        """POST one request. Messages of a 2xx answer go to `deliver` as they
-        come; anything else is returned as a refusal for the caller to judge."""
+    async def request(
+        self, msg: wire.Message, deliver: Deliver, url: str | None = None
+    ) -> HttpRefusal | None:
+        """POST one request (to `url`, where a redirect sent it, else the
+        session's). Messages of a 2xx answer go to `deliver` as they come;
+        anything else is returned as a refusal for the caller to judge."""
         msg_id = msg["id"]
         session = self._session
         headers = session.headers(msg)
@@ -37,7 +41,7 @@ class HttpExchange:
         try:
             async with session.client.stream(
                 "POST",
-                session.post_url,
+                url or session.post_url,
                 content=orjson.dumps(msg),
                 headers=headers,
                 timeout=session.stream_timeout,
@@ -60,6 +64,13 @@ class HttpExchange:
         body = await self._reader.read_body(resp)
         return self._refused(msg, resp.status_code, resp.headers, body, sent_session)
 
+    def redirect(
+        self, msg: wire.Message, status: int, headers: dict[str, str]
+    ) -> http_wire.Redirect | None:
+        """What a redirect answer to POSTed `msg` leads to (the client's
+        rule, the one every exchange follows); None: the answer stands."""
+        return self._session.client.redirect("POST", self._session.post_url, status, headers)
+
     def settle(
         self,
         msg: wire.Message,
@@ -70,7 +81,7 @@ class HttpExchange:
         sent_session: bool,
         deliver: Deliver,
     ) -> HttpRefusal | None:
-        """`answer` for an answer read whole (http_direct): `body` None when
+        """`answer` for an answer read whole in the callbacks: `body` None when
         its `size` is over the message size limit. Never an event stream."""
         session = self._session
         if 200 <= status < 300:

@@ -1,7 +1,8 @@
-"""A request of the HTTP back on the direct path (http_direct): what its
-connection reports — answered whole, answering with a stream, failed, to be
-sent again — goes to the HttpServerConnection that sent it (the owner), which
-settles it the way its tasks settle any other."""
+"""A request of the HTTP back sent without a task (http_connection's
+callbacks): what its connection reports — answered whole, answering with a
+stream, redirected, failed, to be sent again — goes to the
+HttpServerConnection that sent it (the owner), which settles it the way its
+tasks settle any other."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ import anyio
 
 from gateway import wire
 from gateway.backs import http_wire
+from gateway.backs.http_body_feed import BodyFeed
 from gateway.backs.http_client import Response
-from gateway.backs.http_direct import DirectConnection, EventSink
+from gateway.backs.http_connection import (
+    FEED,
+    WHOLE,
+    BodyChoice,
+    EventSink,
+    HttpConnection,
+)
 from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_session import Deliver
 from gateway.backs.http_stream import HttpRefusal
@@ -41,6 +49,8 @@ class CallOwner(Protocol):
 
     def dispatch(self, call: SentCall) -> None: ...
 
+    def redirected(self, call: SentCall, url: str) -> None: ...
+
 
 async def known(refused: HttpRefusal | None) -> HttpRefusal | None:
     """An outcome already settled, as continue_in_task takes one to wait for."""
@@ -48,8 +58,8 @@ async def known(refused: HttpRefusal | None) -> HttpRefusal | None:
 
 
 class SentCall:
-    """A request on the direct path: what its connection reports
-    (http_direct.DirectCall) goes to the connection that sent it."""
+    """A request sent without a task: what its connection reports
+    (http_connection.Exchange) goes to the connection that sent it."""
 
     __slots__ = (
         "_owner",
@@ -57,6 +67,7 @@ class SentCall:
         "connection",
         "data",
         "generation",
+        "hop",
         "msg",
         "scope",
         "sent_session",
@@ -76,7 +87,8 @@ class SentCall:
         self.data = data
         self.generation = generation
         self.sent_session = sent_session
-        self.connection: DirectConnection | None = None
+        self.connection: HttpConnection | None = None
+        self.hop: http_wire.Redirect | None = None  # what the answer's redirect leads to
         self.aborted = False
         self.scope: anyio.CancelScope | None = None  # once a task has taken it on
         self.streamed: Callable[[], None] | None = None  # ends its event stream's reading
@@ -94,10 +106,40 @@ class SentCall:
     def _live(self) -> bool:
         return not self.aborted and self._owner.ended is None
 
+    def body_for(self, status: int, headers: dict[str, str]) -> EventSink | BodyChoice:
+        if not self._live():
+            return WHOLE
+        owner = self._owner
+        hop = owner.exchange.redirect(self.msg, status, headers)
+        if hop is not None:
+            self.hop = hop  # its body is read whole and dropped, then it is sent there
+            return WHOLE
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if not (200 <= status < 300 and ctype == "text/event-stream"):
+            return WHOLE
+        guarded = _Guarded(self)
+        try:
+            sink = owner.answer_events(self, headers)
+        # As in answered: the call gets a gateway error, the stream is read
+        # to its end and dropped, and nothing reaches the event loop.
+        except Exception as exc:
+            guarded.fail(exc)
+            return guarded
+        if sink is None:
+            return FEED
+        guarded.sink = sink
+        return guarded
+
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         if not self._live():
             return
         owner = self._owner
+        if self.hop is not None:
+            if self.hop.url is None:
+                self.failed(self.hop.refused or "redirect refused")
+            else:
+                owner.redirected(self, self.hop.url)
+            return
         try:
             deliver = owner.deliver_for(self.msg)
             refused = owner.exchange.settle(
@@ -108,35 +150,20 @@ class SentCall:
         except Exception as exc:
             owner.direct_failed(self, exc)
 
-    def events(self, headers: dict[str, str]) -> EventSink | None:
+    def streaming(self, status: int, headers: dict[str, str], feed: BodyFeed) -> None:
         if not self._live():
-            return None
-        guarded = _Guarded(self)
-        try:
-            sink = self._owner.answer_events(self, headers)
-        # As in answered: the call gets a gateway error, the stream is read
-        # to its end and dropped, and nothing reaches the event loop.
-        except Exception as exc:
-            guarded.fail(exc)
-            return guarded
-        if sink is None:
-            return None
-        guarded.sink = sink
-        return guarded
-
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        if not self._live():
-            done()
+            feed.close()
             return
         owner = self._owner
         deliver = owner.deliver_for(self.msg)
-        self.streamed = done  # an abort before the task starts closes it too
+        self.streamed = feed.close  # an abort before the task starts closes it too
+        response = Response(status, headers, feed.chunks())
 
         async def first() -> HttpRefusal | None:
             try:
                 return await owner.exchange.answer(self.msg, response, self.sent_session, deliver)
             finally:
-                done()
+                feed.close()
 
         owner.continue_in_task(self, first)
 

@@ -15,7 +15,8 @@ import structlog
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClientError, Response, describe
+from gateway.backs.http_client import Response
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_wire import SseParser
 from gateway.core import backoff, upstream_checks
@@ -153,7 +154,7 @@ class StreamReader:
         resume: Callable[[Callable[[], Awaitable[HttpRefusal | None]]], None],
     ) -> AnswerEvents:
         """_read_answer_stream for a stream read in a connection's callbacks
-        (http_direct): what it came to goes to `settled`, or a resumption to
+        (http_connection): what it came to goes to `settled`, or a resumption to
         `resume` (to run in a task)."""
         return AnswerEvents(self, msg_id, deliver, settled, resume)
 
