@@ -37,10 +37,16 @@ from anyio.abc import TaskGroup
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClient, OriginPool, Target
+from gateway.backs.http_client import (
+    MAX_REDIRECTS,
+    HttpClient,
+    OriginPool,
+    Target,
+    request_bytes,
+)
 from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_failures import HttpClientError, describe
-from gateway.backs.http_sent_call import SentCall, known
+from gateway.backs.http_sent_call import SentCall
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
 from gateway.backs.http_stream import AnswerEvents, HttpRefusal, StreamReader
@@ -122,9 +128,9 @@ class HttpServerConnection:
         # by message identity; handed over per batch (`stream_of`).
         self._origins: dict[int, wire.RequestId] = {}
         self._batch_origins: dict[int, wire.RequestId] = {}
-        # The connections to the session's origin (looked up at the first
-        # request, in the loop); False where its URL cannot be sent to.
-        self._direct: OriginPool | bool | None = None
+        # The connections of each URL the session POSTs to (the upstream's,
+        # an HTTP+SSE endpoint, a redirect's target).
+        self._pools: dict[str, OriginPool] = {}
 
     # What the session has set up, for the pool and tests to read.
     @property
@@ -157,10 +163,11 @@ class HttpServerConnection:
         if "method" in msg and "id" in msg:
             inflight = _Inflight(msg["method"], self._session.is_stateless(msg))
             self._inflight[msg["id"]] = inflight
-            if not self._post_direct(msg, inflight):
-                scope = anyio.CancelScope()
-                inflight.cancel = scope.cancel
-                self._spawn(self._run_request, msg, scope)
+            call = SentCall(
+                self, msg, self.deliver_for(msg), self._settled, self._session.tools_generation
+            )
+            inflight.cancel = call.abort
+            self._send(call)
         elif msg.get("method") == "notifications/cancelled":
             self._cancel(msg)
         else:
@@ -284,7 +291,7 @@ class HttpServerConnection:
 
     def _in_callback(self) -> bool:
         """Whether this runs in one of the direct path's callbacks, outside any task."""
-        return isinstance(self._direct, OriginPool) and asyncio.current_task() is None
+        return asyncio.current_task() is None
 
     async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """A bug or an odd input (say, a header value HTTP cannot carry) in
@@ -354,122 +361,114 @@ class HttpServerConnection:
         if inflight is None or not inflight.modern:
             self._spawn(self._post_message, msg)
 
-    # -- requests --------------------------------------------------------------------
-    async def _run_request(
-        self,
-        msg: wire.Message,
-        scope: anyio.CancelScope,
-        first: Callable[[], Awaitable[HttpRefusal | None]] | None = None,
-        generation: int | None = None,
-    ) -> None:
-        """The whole exchange of a request; from `first` on (what its first
-        POST, sent under tools `generation`, came to) when the direct path
-        began it."""
-        msg_id = msg["id"]
-        try:
-            with scope:
-                if generation is None:
-                    generation = self._session.tools_generation
-                if first is None:
-                    refused = await self.exchange.request(msg, self.deliver_for(msg))
-                else:
-                    refused = await first()
-                if refused is not None and http_wire.asks_header_refresh(msg, refused.reply):
-                    # "Client Behavior": on HeaderMismatch, re-read the tools'
-                    # schemas and retry once with the headers they now call for.
-                    await self._session.refresh_tools(msg, generation, self.exchange.request)
-                    refused = await self.exchange.request(msg, self.deliver_for(msg))
-                if (
-                    refused is not None
-                    and self._session.sse_endpoint is None
-                    and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
-                    and await self._open_sse_transport()
-                ):
-                    refused = await self.exchange.request(msg, self.deliver_for(msg))
-                if refused is not None:
-                    self._refused(msg, refused)
-        except Exception as exc:
-            if msg_id in self._inflight:  # the caller still waits: answer it
-                self.deliver_for(msg)(http_wire.failure_reply(msg_id, describe(exc)))
-            raise
-        finally:
-            if self._session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
-                self._inflight.pop(msg_id, None)
-
-    # -- requests sent without a task (http_sent_call) -------------------------------
-    def _post_direct(self, msg: wire.Message, inflight: _Inflight) -> bool:
-        """POST a request now, its answer read in callbacks; False leaves it
-        to a task (no task group yet, the old HTTP+SSE transport, a header
-        the awaiting form must judge)."""
+    # -- requests: each a SentCall, a task only for a step that waits ---------------------
+    def _send(self, call: SentCall, url: str | None = None) -> None:
+        """Write `call` for `url` (the session's POST URL if None) now, or
+        fail it with the reason it cannot be written."""
         session = self._session
-        if self._tg is None or session.sse_endpoint is not None:
-            return False
-        if self._direct is None:
-            try:
-                self._direct = session.client.pool(Target.of(session.url))
-            except HttpClientError:
-                self._direct = False  # the awaiting form says why, call by call
-        if self._direct is False:
-            return False
-        data = session.post_bytes(msg, orjson.dumps(msg))
-        if data is None:
-            return False
-        call = SentCall(self, msg, data, session.tools_generation, session.session_id is not None)
-        inflight.cancel = call.abort
+        msg = call.msg
+        body = orjson.dumps(msg)
+        try:
+            where = url or session.post_url
+            pool = self._pools.get(where)
+            if pool is None:
+                pool = self._pools[where] = session.client.pool(Target.of(where))
+            data = session.post_bytes(msg, body) if url is None else None
+            headers = session.headers(msg)
+            if data is None:  # not the session's cached head: judged header by header
+                data = request_bytes("POST", Target.of(where), headers, body)
+        except HttpClientError as exc:
+            call.failed(describe(exc))
+            return
+        call.aim(data, pool, "Mcp-Session-Id" in headers)
         self.dispatch(call)
-        return True
 
     def dispatch(self, call: SentCall) -> None:
-        assert isinstance(self._direct, OriginPool)
-        connection = self._direct.take()
+        assert call.pool is not None
+        connection = call.pool.take()
         if connection is None:
-            self._spawn(self._connect_direct, call)
+            self._spawn(self._connect, call)
         else:
             call.connection = connection
             connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
 
+    async def _connect(self, call: SentCall) -> None:
+        assert call.pool is not None
+        try:
+            connection = await call.pool.connect(self._session.stream_timeout.connect)
+        except HttpClientError as exc:
+            call.failed(describe(exc))
+            return
+        if call.aborted:
+            call.pool.release(connection)
+            return
+        call.connection = connection
+        connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
+
     def redirected(self, call: SentCall, url: str) -> None:
-        """The server redirected a call's POST: it goes on, from there, as
-        an awaited exchange (which follows any further hop the same way)."""
+        """The server redirected a request's POST (http_wire's rule, checked
+        by the client): written again, there."""
+        call.hops += 1
+        if call.hops > MAX_REDIRECTS:
+            call.failed(f"more than {MAX_REDIRECTS} redirects")
+            return
         redirect_log.info(
             "upstream redirects its POSTs; point [upstream] url at the target to save a round trip",
             url=self.url,
             target=url[:200],
         )
-        msg = call.msg
-        self.continue_in_task(call, lambda: self.exchange.request(msg, self.deliver_for(msg), url))
+        self._send(call, url)
 
-    async def _connect_direct(self, call: SentCall) -> None:
-        assert isinstance(self._direct, OriginPool)
-        try:
-            connection = await self._direct.connect(self._session.stream_timeout.connect)
-        except HttpClientError as exc:
-            call.failed(describe(exc))
-            return
-        if call.aborted:
-            self._direct.release(connection)
-            return
-        call.connection = connection
-        connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
-
-    def direct_settled(self, call: SentCall, refused: HttpRefusal | None) -> None:
-        """What the first POST of a direct call came to, as _run_request
-        goes on from it: at once when nothing more waits, else in a task."""
+    def _settled(self, call: SentCall, refused: HttpRefusal | None) -> None:
+        """What a client's request came to: done, or refused (the refusal
+        delivered), or a turn that waits -- a tools/list refresh before the
+        one retry it allows (2026-07-28 "Client Behavior"), the HTTP+SSE
+        fallback (2025-11-25 "Backwards Compatibility") -- in a task."""
         msg = call.msg
-        msg_id = msg["id"]
-        if refused is not None and (
-            http_wire.asks_header_refresh(msg, refused.reply)
-            or (
-                self._session.sse_endpoint is None
-                and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
-            )
-        ):
-            self.continue_in_task(call, lambda: known(refused))
-            return
+        session = self._session
+        if refused is not None and not call.refreshed:
+            if http_wire.asks_header_refresh(msg, refused.reply):
+                self._in_task(call, self._refresh_and_resend)
+                return
+            if session.sse_endpoint is None and http_wire.may_be_http_sse(
+                msg, refused.status, refused.reply
+            ):
+                self._in_task(call, self._fallback, refused)
+                return
         if refused is not None:
             self._refused(msg, refused)
-        if self._session.sse_endpoint is None:
-            self._inflight.pop(msg_id, None)
+        if session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
+            self._inflight.pop(msg["id"], None)
+
+    async def _refresh_and_resend(self, call: SentCall) -> None:
+        await self._session.refresh_tools(call.msg, call.generation, self._request)
+        call.refreshed = True
+        self._send(call)  # with the headers the tools now call for
+
+    async def _fallback(self, call: SentCall, refused: HttpRefusal) -> None:
+        call.refreshed = True  # one turn a request
+        if await self._open_sse_transport():
+            self._send(call)
+        else:
+            self._settled(call, refused)
+
+    async def _request(self, msg: wire.Message, deliver: Deliver) -> HttpRefusal | None:
+        """A request of the gateway's own, awaited: a future over a SentCall."""
+        done = anyio.Event()
+        outcome: list[HttpRefusal | None] = []
+
+        def settled(call: SentCall, refused: HttpRefusal | None) -> None:
+            outcome.append(refused)
+            done.set()
+
+        call = SentCall(self, msg, deliver, settled, self._session.tools_generation)
+        self._send(call)
+        try:
+            await done.wait()  # bounded by the caller's scope
+        finally:
+            if not done.is_set():
+                call.abort()
+        return outcome[0]
 
     def _refused(self, msg: wire.Message, refused: HttpRefusal) -> None:
         """What a request's exchange came to instead of a reply, unless it was
@@ -478,9 +477,9 @@ class HttpServerConnection:
             self.deliver_for(msg)(refused.reply)
 
     def answer_events(self, call: SentCall, headers: dict[str, str]) -> AnswerEvents | None:
-        """A direct call's event-stream answer, read in the connection's
-        callbacks as HttpExchange.answer reads one in a task; None leaves it
-        to a task (the old HTTP+SSE transport)."""
+        """A request's event-stream answer, read in the connection's
+        callbacks; None on the old HTTP+SSE transport (its replies come on
+        the session's one stream)."""
         session = self._session
         if session.sse_endpoint is not None:
             return None
@@ -488,25 +487,35 @@ class HttpServerConnection:
         session.take_session(msg, headers.get("mcp-session-id"))
         return self._reader.answer_events(
             msg["id"],
-            self.deliver_for(msg),
-            lambda refused: self.direct_settled(call, refused),
-            lambda first: self.continue_in_task(call, first),
+            call.deliver,
+            lambda refused: call.settled(call, refused),
+            lambda first: self._in_task(call, self._resumed, first),
         )
 
-    def continue_in_task(
+    async def _resumed(
         self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
     ) -> None:
-        """A task takes a direct call on from `first`."""
-        self._spawn(self._continued, call, first)
+        call.settled(call, await first())
 
-    async def _continued(
-        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
-    ) -> None:
+    def _in_task(self, call: SentCall, step: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """A step of `call` that waits, in a task of the connection's."""
+        self._spawn(self._step, call, step, *args)
+
+    async def _step(self, call: SentCall, step: Callable[..., Awaitable[None]], *args: Any) -> None:
         # The scope is made here, in the task: the callbacks run outside any.
         call.scope = scope = anyio.CancelScope()
         if call.aborted:
             scope.cancel()
-        await self._run_request(call.msg, scope, first, call.generation)
+        msg_id = call.msg["id"]
+        try:
+            with scope:
+                await step(call, *args)
+        except Exception as exc:
+            if msg_id in self._inflight:  # the caller still waits: answer it
+                call.deliver(http_wire.failure_reply(msg_id, describe(exc)))
+            raise
+        finally:
+            call.scope = None
 
     def direct_failed(self, call: SentCall, exc: Exception) -> None:
         """A bug or an odd input met in a call's callbacks: as _guarded says."""
@@ -514,7 +523,7 @@ class HttpServerConnection:
             "upstream http task failed", task="_direct_call", url=self.url, error=describe(exc)
         )
         if call.msg["id"] in self._inflight:  # the caller still waits: answer it
-            self.deliver_for(call.msg)(http_wire.failure_reply(call.msg["id"], describe(exc)))
+            call.deliver(http_wire.failure_reply(call.msg["id"], describe(exc)))
 
     def deliver_for(self, request: wire.Message) -> Deliver:
         """How messages on a request's response reach the queue: the reply to

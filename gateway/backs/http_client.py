@@ -29,7 +29,7 @@ from gateway.backs.http_body_feed import BodyFeed
 from gateway.backs.http_connection import FEED, BodyChoice, EventSink, HttpConnection
 from gateway.backs.http_failures import HttpClientError, connect_failure
 
-_MAX_REDIRECTS = 5
+MAX_REDIRECTS = 5
 
 # What a request's head may carry (RFC 9110 §5.1, §5.5, as h11 reads them):
 # a token name; an ASCII value with no NUL, no CR or LF, and blanks only
@@ -307,7 +307,7 @@ class HttpClient:
         """Send the request; yield the response with its body unread. Leaving
         the block before the body's end closes the connection rather than
         return it half-read to the pool."""
-        for _ in range(_MAX_REDIRECTS + 1):
+        for _ in range(MAX_REDIRECTS + 1):
             status, response_headers, feed = await self._exchange(
                 method, url, headers, content, timeout
             )
@@ -323,7 +323,7 @@ class HttpClient:
                 raise HttpClientError(hop.refused or "redirect refused")
             url = hop.url
         else:
-            raise HttpClientError(f"more than {_MAX_REDIRECTS} redirects")
+            raise HttpClientError(f"more than {MAX_REDIRECTS} redirects")
         chunks = feed.chunks(timeout.read)
         try:
             yield Response(status, response_headers, chunks)
