@@ -23,7 +23,7 @@ import pytest
 import structlog.testing
 
 from gateway import era, wire
-from gateway.backs import http_back
+from gateway.backs import http_back, http_requests
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
 from gateway.backs.http_connector import HttpConnector
 from gateway.backs.http_stream import StreamReader
@@ -1112,7 +1112,7 @@ async def test_a_server_behind_a_same_origin_redirect_serves_both_eras(
     is reached at /mcp for a modern and a legacy client alike: its legacy
     session too (initialize, its calls, the GET stream and the DELETE all
     follow the redirect), as the mcp 1.30 client connecting directly does."""
-    monkeypatch.setattr(http_back, "redirect_log", LogLimiter(http_back.log))
+    monkeypatch.setattr(http_requests, "redirect_log", LogLimiter(http_back.log))
     with structlog.testing.capture_logs() as logs:
         async with http_gateway(peers["py1-redirected"]) as c:
             modern_echo = await c.call("tools/call", {"name": "echo", "arguments": {"text": "m"}})

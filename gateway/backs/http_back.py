@@ -27,51 +27,32 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import orjson
 import structlog
 from anyio.abc import TaskGroup
 
 from gateway import wire
-from gateway.backs import http_wire
+from gateway.backs import http_requests, http_wire
 from gateway.backs.http_client import (
-    MAX_REDIRECTS,
     HttpClient,
-    OriginPool,
-    Target,
-    request_bytes,
 )
 from gateway.backs.http_exchange import HttpExchange
-from gateway.backs.http_failures import HttpClientError, describe
-from gateway.backs.http_sent_call import SentCall
-from gateway.backs.http_session import Deliver, HttpSession
+from gateway.backs.http_failures import describe
+from gateway.backs.http_requests import HttpRequests
+from gateway.backs.http_session import HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
-from gateway.backs.http_stream import AnswerEvents, HttpRefusal, StreamReader
-from gateway.log_limit import LogLimiter
+from gateway.backs.http_stream import StreamReader
 from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
-# A server answering calls under each other's ids: one line a minute.
-foreign_log = LogLimiter(log)
-# A server behind a redirect costs a round trip a call: one hint a minute.
-redirect_log = LogLimiter(log)
 
 _ids = itertools.count(1)
 
 
 class HttpConnectionEnded(ConnectionLost):
     """The upstream session is over (closed by us, or ended by the server)."""
-
-
-@dataclass(slots=True)
-class _Inflight:
-    method: str
-    modern: bool
-    # Ends the exchange (a task's scope, or the direct call's connection).
-    cancel: Callable[[], None] = lambda: None
 
 
 class HttpServerConnection:
@@ -119,18 +100,22 @@ class HttpServerConnection:
         # only from one).
         self._kick = anyio.Event()
         self._stopped = anyio.Event()
-        self._inflight: dict[wire.RequestId, _Inflight] = {}
         self._delete_scope: anyio.CancelScope | None = None
         # Server requests that came on the GET stream, until answered: 2025-11-25
         # says those are unrelated to any running call, so none may claim them.
         self._unattached: set[wire.RequestId] = set()
-        # Which request's response stream each queued notification came on,
-        # by message identity; handed over per batch (`stream_of`).
-        self._origins: dict[int, wire.RequestId] = {}
         self._batch_origins: dict[int, wire.RequestId] = {}
-        # The connections of each URL the session POSTs to (the upstream's,
-        # an HTTP+SSE endpoint, a redirect's target).
-        self._pools: dict[str, OriginPool] = {}
+        self.requests = HttpRequests(
+            self._session,
+            self._reader,
+            self.exchange,
+            max_bytes,
+            spawn=self._spawn,
+            push=self._push,
+            open_sse=self._open_sse_transport,
+            ended=lambda: self._ended,
+        )
+        self._inflight = self.requests.inflight
 
     # What the session has set up, for the pool and tests to read.
     @property
@@ -161,13 +146,7 @@ class HttpServerConnection:
         if self.tap is not None:
             self.tap("to-server", msg)
         if "method" in msg and "id" in msg:
-            inflight = _Inflight(msg["method"], self._session.is_stateless(msg))
-            self._inflight[msg["id"]] = inflight
-            call = SentCall(
-                self, msg, self.deliver_for(msg), self._settled, self._session.tools_generation
-            )
-            inflight.cancel = call.abort
-            self._send(call)
+            self.requests.start(msg)
         elif msg.get("method") == "notifications/cancelled":
             self._cancel(msg)
         else:
@@ -213,7 +192,9 @@ class HttpServerConnection:
         batch = list(self._ready)
         self._ready.clear()
         self._batch_origins = {
-            key: self._origins.pop(key) for key in map(id, batch) if key in self._origins
+            key: self.requests.origins.pop(key)
+            for key in map(id, batch)
+            if key in self.requests.origins
         }
         if self.tap is not None:
             for msg in batch:
@@ -314,7 +295,7 @@ class HttpServerConnection:
             # The GET stream carries no replies (2025-11-25 "Listening for
             # Messages from the Server"): one there would be routed by its id
             # alone, to whichever call has it.
-            foreign_log.warning(
+            http_requests.foreign_log.warning(
                 "upstream sent a reply on its GET stream; dropped",
                 url=self.url,
                 got=str(msg.get("id"))[:64],
@@ -360,210 +341,6 @@ class HttpServerConnection:
             inflight.cancel()
         if inflight is None or not inflight.modern:
             self._spawn(self._post_message, msg)
-
-    # -- requests: each a SentCall, a task only for a step that waits ---------------------
-    def _send(self, call: SentCall, url: str | None = None) -> None:
-        """Write `call` for `url` (the session's POST URL if None) now, or
-        fail it with the reason it cannot be written."""
-        session = self._session
-        msg = call.msg
-        body = orjson.dumps(msg)
-        try:
-            where = url or session.post_url
-            pool = self._pools.get(where)
-            if pool is None:
-                pool = self._pools[where] = session.client.pool(Target.of(where))
-            data = session.post_bytes(msg, body) if url is None else None
-            headers = session.headers(msg)
-            if data is None:  # not the session's cached head: judged header by header
-                data = request_bytes("POST", Target.of(where), headers, body)
-        except HttpClientError as exc:
-            call.failed(describe(exc))
-            return
-        call.aim(data, pool, "Mcp-Session-Id" in headers)
-        self.dispatch(call)
-
-    def dispatch(self, call: SentCall) -> None:
-        assert call.pool is not None
-        connection = call.pool.take()
-        if connection is None:
-            self._spawn(self._connect, call)
-        else:
-            call.connection = connection
-            connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
-
-    async def _connect(self, call: SentCall) -> None:
-        assert call.pool is not None
-        try:
-            connection = await call.pool.connect(self._session.stream_timeout.connect)
-        except HttpClientError as exc:
-            call.failed(describe(exc))
-            return
-        if call.aborted:
-            call.pool.release(connection)
-            return
-        call.connection = connection
-        connection.send(call.data, call, self._session.stream_timeout.write, self._max_bytes)
-
-    def redirected(self, call: SentCall, url: str) -> None:
-        """The server redirected a request's POST (http_wire's rule, checked
-        by the client): written again, there."""
-        call.hops += 1
-        if call.hops > MAX_REDIRECTS:
-            call.failed(f"more than {MAX_REDIRECTS} redirects")
-            return
-        redirect_log.info(
-            "upstream redirects its POSTs; point [upstream] url at the target to save a round trip",
-            url=self.url,
-            target=url[:200],
-        )
-        self._send(call, url)
-
-    def _settled(self, call: SentCall, refused: HttpRefusal | None) -> None:
-        """What a client's request came to: done, or refused (the refusal
-        delivered), or a turn that waits -- a tools/list refresh before the
-        one retry it allows (2026-07-28 "Client Behavior"), the HTTP+SSE
-        fallback (2025-11-25 "Backwards Compatibility") -- in a task."""
-        msg = call.msg
-        session = self._session
-        if refused is not None and not call.refreshed:
-            if http_wire.asks_header_refresh(msg, refused.reply):
-                self._in_task(call, self._refresh_and_resend)
-                return
-            if session.sse_endpoint is None and http_wire.may_be_http_sse(
-                msg, refused.status, refused.reply
-            ):
-                self._in_task(call, self._fallback, refused)
-                return
-        if refused is not None:
-            self._refused(msg, refused)
-        if session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
-            self._inflight.pop(msg["id"], None)
-
-    async def _refresh_and_resend(self, call: SentCall) -> None:
-        await self._session.refresh_tools(call.msg, call.generation, self._request)
-        call.refreshed = True
-        self._send(call)  # with the headers the tools now call for
-
-    async def _fallback(self, call: SentCall, refused: HttpRefusal) -> None:
-        call.refreshed = True  # one turn a request
-        if await self._open_sse_transport():
-            self._send(call)
-        else:
-            self._settled(call, refused)
-
-    async def _request(self, msg: wire.Message, deliver: Deliver) -> HttpRefusal | None:
-        """A request of the gateway's own, awaited: a future over a SentCall."""
-        done = anyio.Event()
-        outcome: list[HttpRefusal | None] = []
-
-        def settled(call: SentCall, refused: HttpRefusal | None) -> None:
-            outcome.append(refused)
-            done.set()
-
-        call = SentCall(self, msg, deliver, settled, self._session.tools_generation)
-        self._send(call)
-        try:
-            await done.wait()  # bounded by the caller's scope
-        finally:
-            if not done.is_set():
-                call.abort()
-        return outcome[0]
-
-    def _refused(self, msg: wire.Message, refused: HttpRefusal) -> None:
-        """What a request's exchange came to instead of a reply, unless it was
-        answered already (a reply under another id stood in for its own)."""
-        if msg["id"] in self._inflight:
-            self.deliver_for(msg)(refused.reply)
-
-    def answer_events(self, call: SentCall, headers: dict[str, str]) -> AnswerEvents | None:
-        """A request's event-stream answer, read in the connection's
-        callbacks; None on the old HTTP+SSE transport (its replies come on
-        the session's one stream)."""
-        session = self._session
-        if session.sse_endpoint is not None:
-            return None
-        msg = call.msg
-        session.take_session(msg, headers.get("mcp-session-id"))
-        return self._reader.answer_events(
-            msg["id"],
-            call.deliver,
-            lambda refused: call.settled(call, refused),
-            lambda first: self._in_task(call, self._resumed, first),
-        )
-
-    async def _resumed(
-        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
-    ) -> None:
-        call.settled(call, await first())
-
-    def _in_task(self, call: SentCall, step: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """A step of `call` that waits, in a task of the connection's."""
-        self._spawn(self._step, call, step, *args)
-
-    async def _step(self, call: SentCall, step: Callable[..., Awaitable[None]], *args: Any) -> None:
-        # The scope is made here, in the task: the callbacks run outside any.
-        call.scope = scope = anyio.CancelScope()
-        if call.aborted:
-            scope.cancel()
-        msg_id = call.msg["id"]
-        try:
-            with scope:
-                await step(call, *args)
-        except Exception as exc:
-            if msg_id in self._inflight:  # the caller still waits: answer it
-                call.deliver(http_wire.failure_reply(msg_id, describe(exc)))
-            raise
-        finally:
-            call.scope = None
-
-    def direct_failed(self, call: SentCall, exc: Exception) -> None:
-        """A bug or an odd input met in a call's callbacks: as _guarded says."""
-        log.error(
-            "upstream http task failed", task="_direct_call", url=self.url, error=describe(exc)
-        )
-        if call.msg["id"] in self._inflight:  # the caller still waits: answer it
-            call.deliver(http_wire.failure_reply(call.msg["id"], describe(exc)))
-
-    def deliver_for(self, request: wire.Message) -> Deliver:
-        """How messages on a request's response reach the queue: the reply to
-        it is looked at first (initialize, tools/list), the rest goes as is."""
-        msg_id = request["id"]
-
-        def deliver(msg: wire.Message) -> None:
-            if "method" not in msg and msg.get("id") != msg_id:
-                # A reply belongs to the exchange it came on (issue #29): one
-                # under another call's id (another principal's, perhaps) must
-                # never reach that call. This exchange's own call fails.
-                foreign_log.warning(
-                    "upstream answered another call's id on this exchange",
-                    url=self.url,
-                    expected=msg_id,
-                    got=str(msg.get("id"))[:64],
-                )
-                msg = wire.gateway_error(
-                    msg_id,
-                    wire.INTERNAL_ERROR,
-                    "Upstream server failed: it answered this request with another request's id",
-                    reason="upstream-failed",
-                )
-            if "method" not in msg:
-                if self._inflight.pop(msg_id, None) is None:
-                    # Answered already (the server sent a second reply, or a
-                    # reply under another id stood in for it), or cancelled:
-                    # one reply a request.
-                    foreign_log.warning(
-                        "upstream replied to a request already answered or given up; dropped",
-                        url=self.url,
-                        id=str(msg_id)[:64],
-                    )
-                    return
-                self._session.observe_reply(request, msg)
-            elif "id" not in msg:
-                self._origins[id(msg)] = msg_id
-            self._push(msg)
-
-        return deliver
 
     # -- notifications and our answers to server requests ------------------------------
     async def _post_message(self, msg: wire.Message) -> None:
