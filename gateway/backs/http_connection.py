@@ -41,6 +41,16 @@ _LINGER = 0.2
 
 _HEAD, _HEADED, _BUFFER, _STREAM, _INFO, _OVER, _EVENTS = range(7)
 
+# What every connection reads into (asyncio.BufferedProtocol): a read is
+# parsed, and what the parser keeps copied out, before the next read can
+# happen, so one buffer serves them all. A plain Protocol gets a new bytes
+# object of asyncio's 256 KiB read size for each read, shrunk to what came:
+# malloc's mmap and trim thresholds can make that two system calls a read,
+# which cost a stdio front → HTTP back hop up to a quarter of its throughput
+# (a profile put `recv` at 17 µs a call against 4 µs in the same run).
+_READ_SIZE = 64 * 1024
+_buffer = memoryview(bytearray(_READ_SIZE))
+
 WHOLE: Final = "whole"  # the body read whole, then `answered`
 FEED: Final = "feed"  # the body to a task, through `streaming`
 BodyChoice = Literal["whole", "feed"]
@@ -89,7 +99,7 @@ class EventSink(Protocol):
         """The body ended; `error`: it broke, and why."""
 
 
-class HttpConnection(asyncio.Protocol):
+class HttpConnection(asyncio.BufferedProtocol):
     """One keep-alive connection, one exchange at a time."""
 
     def __init__(self, pool: Pool) -> None:
@@ -175,7 +185,13 @@ class HttpConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_buffer[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         call = self._call
         if call is None and self._feed is None:
             self.close()  # the server wrote to an idle connection: not reusable
@@ -262,7 +278,7 @@ class HttpConnection(asyncio.Protocol):
             self._linger.cancel()
             self._linger = None
 
-    def _parse(self, data: bytes) -> bool:
+    def _parse(self, data: bytes | memoryview) -> bool:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
