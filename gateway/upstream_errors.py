@@ -10,7 +10,7 @@ catches `UpstreamError`, or the one subclass whose answer differs, and
     ├── UpstreamGone          a session ended under a call; `reason` says how
     ├── UpstreamTimeout       no answer within the call's bound
     ├── UpstreamNotReading    the server is too far behind reading what it was sent
-    ├── HttpClientError       an HTTP exchange failed below HTTP (backs/http_client.py)
+    ├── HttpClientError       an HTTP exchange failed below HTTP (backs/http_failures.py)
     └── UpstreamUnavailable   no session can be had
         ├── UpstreamBusy          every session the bounds allow is busy
         ├── UpstreamUnauthorized  the upstream refused the credential

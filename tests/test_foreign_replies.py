@@ -12,7 +12,7 @@ import pytest
 import structlog.testing
 
 from gateway import wire
-from gateway.backs import http_back
+from gateway.backs import http_back, http_requests
 from gateway.log_limit import LogLimiter
 from tests.servers.scripted_http import HttpRequest, HttpServer, LegacyHttp, Reply, serve, sse
 from tests.test_http_back import connection, legacy_handshake, modern, until_reply
@@ -58,7 +58,7 @@ def _text(text: str) -> dict[str, Any]:
 async def test_a_reply_under_a_foreign_id_fails_its_own_exchange_only(
     as_sse: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http_back, "foreign_log", LogLimiter(http_back.log))
+    monkeypatch.setattr(http_requests, "foreign_log", LogLimiter(http_back.log))
     handler = CrossingServer(as_sse)
     async with serve(handler) as server, connection(server.url) as conn:
         held = modern(1, "tools/call", name="held", arguments={})
@@ -85,7 +85,7 @@ async def test_a_reply_on_the_get_stream_reaches_no_call(monkeypatch: pytest.Mon
     """The GET stream carries no replies (2025-11-25 "Listening for Messages
     from the Server"): one there is dropped with a warning, never routed by
     its id to whichever call has it."""
-    monkeypatch.setattr(http_back, "foreign_log", LogLimiter(http_back.log))
+    monkeypatch.setattr(http_requests, "foreign_log", LogLimiter(http_back.log))
     behaviour = LegacyHttp()
     async with serve(behaviour) as server, connection(server.url) as conn:
         await legacy_handshake(conn)

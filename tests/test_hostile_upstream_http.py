@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import ssl
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,7 @@ from hypothesis import strategies as st
 
 from bench.https_back import self_signed
 from gateway import era, wire
-from gateway.backs import http_client
-from gateway.backs.http_client import HttpClient
-from gateway.backs.http_direct import DirectPool
+from gateway.backs import http_failures
 from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.log_limit import LogLimiter
@@ -48,7 +45,7 @@ from tests.test_http_back import (
     modern,
     reply_of,
 )
-from tests.test_http_direct import json_answer, raw_server, reply_to
+from tests.test_http_connection import json_answer, raw_server, reply_to
 
 pytestmark = pytest.mark.anyio
 
@@ -111,31 +108,12 @@ async def answers(req: HttpRequest, server: HttpServer) -> Reply:
     )
 
 
-@pytest.fixture(params=["direct", "general"])
-def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The HTTP back's two ways of carrying a call, both under these answers:
-    the direct one (http_direct, parsed in the loop's callbacks), which calls
-    take on asyncio, and the general one (http_client over h11, in a task),
-    which calls take on another event loop and which carries the back's
-    other exchanges (initialize, the GET stream, DELETE, HTTP+SSE): reached
-    here with the direct one switched off."""
-    # The limiter of the one line for a server writing past its answers is
-    # the module's: a new one for each test.
+@pytest.fixture
+def fresh_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limiter of the one line for a server writing past its answers is
+    the module's: a new one for each test."""
     fresh = LogLimiter(structlog.get_logger("gateway.backs.http"))
-    monkeypatch.setattr(http_client, "_past_answer_log", fresh)
-    pools: list[object] = []
-    direct_pool = HttpClient.direct_pool
-
-    def chosen_pool(self: HttpClient, url: str, max_bytes: int) -> DirectPool | None:
-        pool = direct_pool(self, url, max_bytes) if request.param == "direct" else None
-        pools.append(pool)
-        return pool
-
-    monkeypatch.setattr(HttpClient, "direct_pool", chosen_pool)
-    yield str(request.param)
-    # Calls went through the back's choice of path, and took the one named.
-    assert pools
-    assert all(pool is not None for pool in pools) == (request.param == "direct")
+    monkeypatch.setattr(http_failures, "past_answer_log", fresh)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +129,7 @@ def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     ],
 )
 async def test_a_broken_answer_fails_its_request_and_the_connection_goes_on(
-    name: str, reason: str | None, words: str, call_path: str
+    name: str, reason: str | None, words: str, fresh_log: None
 ) -> None:
     """2026-07-28 Streamable HTTP "Sending Messages": the answer to a POSTed
     request is one JSON object (application/json) or an SSE stream that
@@ -167,11 +145,10 @@ async def test_a_broken_answer_fails_its_request_and_the_connection_goes_on(
     assert after["result"]["content"] == []
 
 
-async def test_an_answer_head_that_never_ends_fails_its_call(call_path: str) -> None:
+async def test_an_answer_head_that_never_ends_fails_its_call(fresh_log: None) -> None:
     """Issue #12's "limits as today": an answer's head is bounded at 64 KiB
-    on both paths (h11's bound on the general one; the direct one counts,
-    as httptools buffers a header without end), in the same words: the call
-    fails, the next one goes through."""
+    (the connection counts, as llhttp buffers a header without end): the
+    call fails, the next one goes through."""
 
     def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
         if n == 1:
@@ -203,12 +180,12 @@ FORGED = orjson.dumps(wire.result_response(2, {"echo": "forged"}))
     ids=["junk", "a-second-answer"],
 )
 async def test_bytes_after_a_whole_answer_are_never_the_next_ones(
-    after: bytes, call_path: str
+    after: bytes, fresh_log: None
 ) -> None:
     """RFC 9112 §9.3: a server sends one answer per request. Bytes after a
-    whole answer are not the next request's answer, on either path: the
+    whole answer are not the next request's answer: the
     answer stands, the connection is not reused, and the next call gets its
-    own server's answer (the general path used to read them as the next
+    own server's answer (the h11 client before it read them as the next
     answer: junk failed that call, a second answer was delivered to it)."""
 
     def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
@@ -227,10 +204,10 @@ async def test_bytes_after_a_whole_answer_are_never_the_next_ones(
 
 
 async def test_an_https_answer_is_read_whole_and_alone(
-    call_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fresh_log: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Over TLS (a CA of the operator's, through SSL_CERT_FILE as the README
-    says): calls go through on either path, a second answer written with the
+    says): calls go through, a second answer written with the
     first is never the next call's, and a kept-alive connection serves the
     call after; without the CA, the call fails with the reason."""
     cert, key = self_signed(tmp_path)
@@ -257,7 +234,7 @@ async def test_an_https_answer_is_read_whole_and_alone(
     assert server.connections == 2
 
 
-async def test_sse_junk_is_skipped_and_the_reply_still_arrives(call_path: str) -> None:
+async def test_sse_junk_is_skipped_and_the_reply_still_arrives(fresh_log: None) -> None:
     """Events that are not JSON or not JSON-RPC messages are skipped, with one
     log line however many come; the reply after them reaches its caller."""
     with structlog.testing.capture_logs() as logs:
@@ -269,7 +246,7 @@ async def test_sse_junk_is_skipped_and_the_reply_still_arrives(call_path: str) -
     assert not [e for e in logs if e.get("exc_info")]
 
 
-async def test_tools_that_are_not_a_list_pass_through_untouched(call_path: str) -> None:
+async def test_tools_that_are_not_a_list_pass_through_untouched(fresh_log: None) -> None:
     """The HTTP back reads tools/list results for x-mcp-header annotations; a
     `tools` of the wrong type is not its to fix: the result passes as it came."""
     async with serve(answers) as server, connection(server.url) as c:
@@ -277,7 +254,7 @@ async def test_tools_that_are_not_a_list_pass_through_untouched(call_path: str) 
     assert reply["result"]["tools"] == "not a list"
 
 
-async def test_deeply_nested_tool_schema_fails_the_listing_not_the_gateway(call_path: str) -> None:
+async def test_deeply_nested_tool_schema_fails_the_listing_not_the_gateway(fresh_log: None) -> None:
     """Reading annotations walks the inputSchema recursively: a schema nested
     past the limit is refused before that walk (the call fails with a clear
     error), one within it is walked and listed."""
@@ -302,7 +279,7 @@ async def test_deeply_nested_tool_schema_fails_the_listing_not_the_gateway(call_
     assert refused["error"]["data"]["reason"] == "upstream-malformed"
 
 
-async def test_connection_reset_mid_stream_fails_the_request(call_path: str) -> None:
+async def test_connection_reset_mid_stream_fails_the_request(fresh_log: None) -> None:
     """A server that drops the connection in the middle of an SSE answer:
     the request fails at once with an upstream error under its id."""
 
@@ -333,7 +310,7 @@ async def test_connection_reset_mid_stream_fails_the_request(call_path: str) -> 
     assert reply["error"]["data"]["source"] == "mcp-era-gateway"
 
 
-async def test_reply_with_a_float_id_is_not_taken_for_the_call(call_path: str) -> None:
+async def test_reply_with_a_float_id_is_not_taken_for_the_call(fresh_log: None) -> None:
     """JSON-RPC ids are strings or integers. On main a reply with `"id": 7.0`
     on call 7's stream passed for its reply (7.0 == 7), ended the stream's
     reading, and the real reply after it was never read."""
@@ -355,7 +332,7 @@ async def test_reply_with_a_float_id_is_not_taken_for_the_call(call_path: str) -
 
 
 async def test_bad_server_request_over_http_is_answered_by_post_and_get_junk_skipped(
-    call_path: str,
+    fresh_log: None,
 ) -> None:
     """The same treatment over a legacy HTTP session: an elicitation/create
     without `message` on the call's stream is answered -32602 (POSTed back);

@@ -20,14 +20,17 @@ from typing import Any, cast
 
 import anyio
 import pytest
+import structlog.testing
 
 from gateway import era, wire
+from gateway.backs import http_back, http_requests
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
 from gateway.backs.http_connector import HttpConnector
 from gateway.backs.http_stream import StreamReader
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import http_binding
+from gateway.log_limit import LogLimiter
 from gateway.runtime.service import GatewayService
 from tests.log_events import log_events
 from tests.scripted import Client
@@ -96,8 +99,8 @@ async def traced_connection(
     )
     conn = await connector.connect()
     async with anyio.create_task_group() as tg:
-        # Running before the first request, as in the gateway: requests take
-        # the direct path (http_direct), the one the gateway's calls take.
+        # Running before the first request, as in the gateway: calls are
+        # written at once, their answers read in the connection's callbacks.
         await tg.start(_run_background, conn)
         try:
             yield conn
@@ -306,21 +309,51 @@ async def test_unreachable_server_gives_an_error_reply() -> None:
     assert reply["error"]["data"]["reason"] == "upstream-unreachable"
 
 
-async def test_an_exchange_that_raises_answers_its_caller_and_spares_the_rest() -> None:
-    bad = {"X-Bad": "caf\u00e9"}  # not ASCII: httpx cannot send it
+async def test_a_header_http_cannot_carry_fails_each_exchange_and_spares_the_rest() -> None:
+    """RFC 9110 §5.5: a configured header value that is not ASCII cannot be
+    sent. Each exchange fails with that reason, before a byte is written (a
+    call under its id, a notification in one warning), and the connection
+    goes on: the next call is answered as the first was."""
+    bad = {"X-Bad": "caf\u00e9"}
     with log_events() as logs:
         async with serve(ModernHttp()) as server, connection(server.url, **bad) as c:
             reply = reply_of(await exchange(c, modern(1, "server/discover")))
             await c.send(wire.notification("notifications/x"))
-            failed = await logs.wait_until(
-                lambda e: e["event"] == "upstream http task failed" and e["task"] == "_post_message"
-            )
-            # The connection goes on: the next call is answered as the first was.
+            failed = await logs.wait_until(lambda e: e["event"] == "upstream POST failed")
             again = reply_of(await exchange(c, modern(2, "server/discover")))
+    why = "cannot send this request: header 'X-Bad' is not valid"
     assert reply["error"]["data"]["reason"] == "upstream-unreachable"
-    assert "UnicodeEncodeError" in reply["error"]["message"]
-    assert failed["log_level"] == "error" and "UnicodeEncodeError" in failed["error"]
-    assert again["id"] == 2 and again["error"]["data"]["reason"] == "upstream-unreachable"
+    assert reply["error"]["message"].endswith(why)
+    assert failed["log_level"] == "warning" and failed["error"] == why
+    assert again["id"] == 2 and again["error"]["message"].endswith(why)
+    assert server.requests == []
+    assert not [e for e in logs.entries if e["log_level"] == "error"]
+
+
+async def test_a_redirect_to_another_origin_is_followed_only_where_configured() -> None:
+    """Issue #30: `[upstream] headers` (the gateway's own credential) go with
+    a followed redirect, so one to another origin fails the call, saying how
+    to allow it, until `[upstream] redirect_origins` names that origin; then
+    it is followed like one on the upstream's own."""
+    async with serve(ModernHttp()) as far:
+
+        async def moved(request: HttpRequest, server: HttpServer) -> Reply:
+            return Reply(307, b"", {"location": far.url})
+
+        async with serve(moved) as near:
+            async with http_gateway(near.url, upstream_era="modern") as c:
+                refused = await c.call("server/discover")
+            origin = far.url.rsplit("/", 1)[0]
+            async with http_gateway(
+                near.url, upstream_era="modern", upstream_redirect_origins=(origin,)
+            ) as c:
+                discovered = await c.call("server/discover")
+    # The gateway cannot start its upstream: it says why.
+    assert refused["error"]["data"]["reason"] == "upstream-unavailable", refused
+    assert "another origin" in refused["error"]["message"]
+    assert "redirect_origins" in refused["error"]["message"]
+    assert "result" in discovered, discovered
+    assert any(r.method == "POST" for r in far.requests)
 
 
 # -- legacy servers (2025-11-25 Streamable HTTP) --------------------------------------
@@ -917,7 +950,8 @@ def peers() -> Iterator[dict[str, str]]:
     py1, py2 = str(PEERS / "py1/bin/python"), str(PEERS / "py2/bin/python")
     py1_fixture = str(CONFORMANCE / "py1_fixture_server.py")
     py2_fixture = str(CONFORMANCE / "py2_fixture_server.py")
-    ports = {name: free_port() for name in ("py1", "py2", "py2-modern", "everything", "py1-sse")}
+    names = ("py1", "py2", "py2-modern", "everything", "py1-sse", "py1-redirected")
+    ports = {name: free_port() for name in names}
     servers = {
         "py1": Peer([py1, py1_fixture, "--http", str(ports["py1"])], ports["py1"]),
         "py2": Peer([py2, py2_fixture, "--http", str(ports["py2"])], ports["py2"]),
@@ -934,6 +968,14 @@ def peers() -> Iterator[dict[str, str]]:
             [py1, str(REPO / "tests/servers/py1_sse_server.py"), str(ports["py1-sse"])],
             ports["py1-sse"],
             path="/sse",
+        ),
+        "py1-redirected": Peer(
+            [
+                py1,
+                str(REPO / "tests/servers/py1_redirected_server.py"),
+                str(ports["py1-redirected"]),
+            ],
+            ports["py1-redirected"],
         ),
     }
     try:
@@ -1059,6 +1101,32 @@ async def test_ts_everything_http_is_legacy_and_serves_a_modern_client(
         assert c.service.pool.era is era.Era.LEGACY
     assert any(t["name"] == "echo" for t in listed["result"]["tools"])
     assert text_of(echo) == "Echo: hi" and echo["result"]["resultType"] == "complete"
+
+
+@pytest.mark.peers
+async def test_a_server_behind_a_same_origin_redirect_serves_both_eras(
+    peers: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #30: a real mcp 1.30 FastMCP server at /real, its /mcp answering
+    `307 Location: /real` (RFC 9110 §15.4.8: the method and body are kept),
+    is reached at /mcp for a modern and a legacy client alike: its legacy
+    session too (initialize, its calls, the GET stream and the DELETE all
+    follow the redirect), as the mcp 1.30 client connecting directly does."""
+    monkeypatch.setattr(http_requests, "redirect_log", LogLimiter(http_back.log))
+    with structlog.testing.capture_logs() as logs:
+        async with http_gateway(peers["py1-redirected"]) as c:
+            modern_echo = await c.call("tools/call", {"name": "echo", "arguments": {"text": "m"}})
+            assert c.service.pool.era is era.Era.LEGACY
+            init = await c.initialize()
+            legacy_echo = await c.call(
+                "tools/call", {"name": "echo", "arguments": {"text": "l"}}, modern=False
+            )
+    assert text_of(modern_echo) == "m" and modern_echo["result"]["resultType"] == "complete"
+    assert init["result"]["serverInfo"]["name"] == "py1-redirected"
+    assert text_of(legacy_echo) == "l" and "resultType" not in legacy_echo["result"]
+    # What the operator sees: a hint, once a minute, not a line a call.
+    hints = [e for e in logs if e["event"].startswith("upstream redirects its POSTs")]
+    assert len(hints) == 1 and hints[0]["target"].endswith("/real")
 
 
 @pytest.mark.peers

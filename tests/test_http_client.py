@@ -17,7 +17,8 @@ import pytest
 from anyio.streams.tls import TLSListener
 
 from bench.https_back import self_signed
-from gateway.backs.http_client import HttpClient, HttpClientError, Timeout
+from gateway.backs.http_client import HttpClient, Timeout
+from gateway.backs.http_failures import HttpClientError
 
 pytestmark = pytest.mark.anyio
 
@@ -227,6 +228,45 @@ async def test_redirects_keep_the_post_only_for_307_and_308() -> None:
     assert found.status_code == 302  # a POST is not turned into a GET
 
 
+async def test_a_redirect_stays_on_its_origin_unless_another_is_allowed() -> None:
+    """Issue #30: the upstream's credentials (`[upstream] headers`) travel
+    with a followed redirect, so one that leads to another origin (another
+    host, port or scheme) fails the exchange, saying how to allow it,
+    unless that origin is in `redirect_origins`."""
+    seen: list[bytes] = []
+    async with server(echo_server(seen)) as (target, _, _):
+
+        async def moving(stream: anyio.abc.SocketStream, n: int) -> None:
+            buffer = bytearray()
+            while await read_request(stream, buffer) is not None:
+                head = b"HTTP/1.1 308 Moved\r\nLocation: " + target.encode()
+                await stream.send(head + b"\r\nContent-Length: 0\r\n\r\n")
+
+        async with server(moving) as (url, _, _):
+            strict = HttpClient()
+            with pytest.raises(HttpClientError, match=r"another origin .*redirect_origins"):
+                await strict.request("POST", url, headers={}, content=b"x", timeout=T)
+            await strict.aclose()
+            assert seen == []  # nothing reached the other origin
+            origin = target.rsplit("/", 1)[0]
+            allowing = HttpClient(redirect_origins=[origin])
+            reply = await allowing.request("POST", url, headers={}, content=b"x", timeout=T)
+            await allowing.aclose()
+    assert reply.status_code == 200 and await reply.aread() == b"x"
+    assert len(seen) == 1 and seen[0].startswith(b"POST /mcp HTTP/1.1")
+
+
+async def test_a_request_http_cannot_carry_is_refused_before_a_byte_is_written() -> None:
+    seen: list[bytes] = []
+    async with server(echo_server(seen)) as (url, _, accepted):
+        client = HttpClient()
+        for headers in ({"X-Bad": "a\r\nInjected: 1"}, {"Bad Name": "v"}, {"X-Text": "café"}):
+            with pytest.raises(HttpClientError, match="cannot send this request"):
+                await client.request("POST", url, headers=headers, content=b"x", timeout=T)
+        await client.aclose()
+    assert seen == [] and accepted[0] == 0
+
+
 async def test_failures_are_client_errors_within_their_bounds() -> None:
     async def silent(stream: anyio.abc.SocketStream, n: int) -> None:
         await read_request(stream, bytearray())
@@ -242,7 +282,7 @@ async def test_failures_are_client_errors_within_their_bounds() -> None:
 
     quick = Timeout(connect=1, read=0.3, write=1)
     client = HttpClient()
-    for handler, why in ((silent, "timed out"), (garbage, "RemoteProtocolError"), (cut, "closed")):
+    for handler, why in ((silent, "timed out"), (garbage, "HttpParser"), (cut, "closed")):
         async with server(handler) as (url, _, _):
             with anyio.fail_after(3), pytest.raises(HttpClientError, match=why):
                 response = await client.request(
@@ -342,7 +382,7 @@ def test_a_failed_connect_says_where_and_the_systems_reason() -> None:
     import socket
     import ssl
 
-    from gateway.backs.http_client import connect_failure
+    from gateway.backs.http_failures import connect_failure
 
     def behind(cause: OSError) -> OSError:
         exc = OSError("All connection attempts failed")

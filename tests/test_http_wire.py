@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import era, wire
 from gateway.backs import http_wire
@@ -188,3 +190,58 @@ def test_a_json_answer_that_cannot_carry_the_reply_is_malformed(
     assert isinstance(answer, dict)
     assert answer["id"] == 7 and why in answer["error"]["message"]
     assert answer["error"]["data"]["reason"] == upstream_checks.MALFORMED
+
+
+# -- redirects (RFC 9110 §15.4; issue #30) -----------------------------------------
+URL = "http://127.0.0.1:8000/mcp"
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "location", "to"),
+    [
+        ("POST", 307, "/mcp/", "http://127.0.0.1:8000/mcp/"),
+        ("POST", 308, "real", "http://127.0.0.1:8000/real"),
+        ("POST", 307, "http://127.0.0.1:8000/x", "http://127.0.0.1:8000/x"),
+        ("POST", 307, "HTTP://127.0.0.1:8000/x", "http://127.0.0.1:8000/x"),
+        ("GET", 302, "/mcp/", "http://127.0.0.1:8000/mcp/"),
+        ("DELETE", 301, "/mcp/", "http://127.0.0.1:8000/mcp/"),
+    ],
+)
+def test_a_redirect_on_the_requests_own_origin_is_followed(
+    method: str, status: int, location: str, to: str
+) -> None:
+    assert http_wire.redirect(method, URL, status, location, frozenset()) == http_wire.Redirect(to)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+def test_a_redirect_that_would_make_a_post_a_get_is_no_redirect(status: int) -> None:
+    assert http_wire.redirect("POST", URL, status, "/mcp/", frozenset()) is None
+    assert http_wire.redirect("POST", URL, 200, "/mcp/", frozenset()) is None
+    assert http_wire.redirect("POST", URL, 307, None, frozenset()) is None
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["http://127.0.0.1:8001/mcp", "https://127.0.0.1:8000/mcp", "http://other/mcp", "//other/mcp"],
+)
+def test_a_redirect_to_another_origin_is_refused_unless_allowed(location: str) -> None:
+    refused = http_wire.redirect("POST", URL, 307, location, frozenset())
+    assert refused is not None and refused.url is None
+    assert refused.refused is not None and "redirect_origins" in refused.refused
+    absolute = "http:" + location if location.startswith("//") else location
+    hop = http_wire.redirect("POST", URL, 307, location, frozenset({http_wire.origin_of(absolute)}))
+    assert hop is not None and hop.url is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(location=st.text(max_size=40), status=st.sampled_from([301, 302, 303, 307, 308]))
+def test_any_location_is_followed_on_its_origin_or_refused_never_raises(
+    location: str, status: int
+) -> None:
+    hop = http_wire.redirect("POST", URL, status, location, frozenset())
+    if hop is None:
+        assert status in (301, 302, 303) or not location
+    elif hop.url is None:
+        assert hop.refused
+    else:
+        assert http_wire.origin_of(hop.url) == http_wire.origin_of(URL)

@@ -85,10 +85,11 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie is dead for our purposes only once reaped; check its state. The
-    # process can be reaped between the signal and the read: that is gone too.
+    # process can be reaped between the signal and the read (the open fails,
+    # or the read does, with ESRCH): that is gone too.
     try:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from gateway import wire
 from gateway.backs.http_back import HttpConnectionEnded
-from gateway.backs.http_client import HttpClientError
+from gateway.backs.http_failures import HttpClientError
 from gateway.backs.stdio_back import ServerExited, StdioServerProcess
 from gateway.client_link import ClientLink
 from gateway.config import Config

@@ -6,19 +6,19 @@ and for a 2024-11-05 server the deprecated HTTP+SSE stream.
 It offers the same face as the stdio back (`send`, `send_nowait`,
 `receive_batch`, `run_background`, `aclose`, `terminate`), so the pool, the era
 probe, sessions and the MRTR bridge run over it unchanged: each request is a
-POST, written at once with its answer read in callbacks (http_direct) or,
-where that cannot serve, in a background task; what comes back — the reply,
-plus any notifications or server requests on its SSE stream, or on the
-legacy GET stream — lands in the queue `receive_batch` drains. HTTP failures become
-JSON-RPC error replies under the request's id, so callers (and
-`era_probe.judge`) always see a normal answer. Transport only: it makes no
-protocol decisions beyond what the transport specs require of a client.
+POST, written at once with its answer read in the connection's callbacks
+(http_connection) or, once it must wait for something, in a background task;
+what comes back — the reply, plus any notifications or server requests on its
+SSE stream, or on the legacy GET stream — lands in the queue `receive_batch`
+drains. HTTP failures become JSON-RPC error replies under the request's id, so
+callers (and `era_probe.judge`) always see a normal answer. Transport only: it
+makes no protocol decisions beyond what the transport specs require of a client.
 
 Its parts: `http_session` (where messages go, their headers, what answers set
-up), `http_direct` (the calls' fast path) and `http_sent_call` (one call on
-it), `http_stream` (reading answers and event streams, resumption, the GET
-stream), `http_sse_transport` (the 2024-11-05 transport), `http_wire` (what
-each answer means, no I/O).
+up), `http_client` and `http_connection` (the one HTTP/1.1 client),
+`http_sent_call` (one call sent without a task), `http_stream` (reading
+answers and event streams, resumption, the GET stream), `http_sse_transport`
+(the 2024-11-05 transport), `http_wire` (what each answer means, no I/O).
 """
 
 from __future__ import annotations
@@ -27,43 +27,32 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import orjson
 import structlog
 from anyio.abc import TaskGroup
 
 from gateway import wire
-from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClient, HttpClientError, describe
-from gateway.backs.http_direct import DirectPool
+from gateway.backs import http_requests, http_wire
+from gateway.backs.http_client import (
+    HttpClient,
+)
 from gateway.backs.http_exchange import HttpExchange
-from gateway.backs.http_sent_call import SentCall, known
-from gateway.backs.http_session import Deliver, HttpSession
+from gateway.backs.http_failures import describe
+from gateway.backs.http_requests import HttpRequests
+from gateway.backs.http_session import HttpSession
 from gateway.backs.http_sse_transport import open_http_sse
-from gateway.backs.http_stream import AnswerEvents, HttpRefusal, StreamReader
-from gateway.log_limit import LogLimiter
+from gateway.backs.http_stream import StreamReader
 from gateway.upstream_errors import ConnectionLost
 
 log = structlog.get_logger("gateway.backs.http")
-# A server answering calls under each other's ids: one line a minute.
-foreign_log = LogLimiter(log)
 
 _ids = itertools.count(1)
 
 
 class HttpConnectionEnded(ConnectionLost):
     """The upstream session is over (closed by us, or ended by the server)."""
-
-
-@dataclass(slots=True)
-class _Inflight:
-    method: str
-    modern: bool
-    # Ends the exchange (a task's scope, or the direct call's connection).
-    cancel: Callable[[], None] = lambda: None
 
 
 class HttpServerConnection:
@@ -111,18 +100,22 @@ class HttpServerConnection:
         # only from one).
         self._kick = anyio.Event()
         self._stopped = anyio.Event()
-        self._inflight: dict[wire.RequestId, _Inflight] = {}
         self._delete_scope: anyio.CancelScope | None = None
         # Server requests that came on the GET stream, until answered: 2025-11-25
         # says those are unrelated to any running call, so none may claim them.
         self._unattached: set[wire.RequestId] = set()
-        # Which request's response stream each queued notification came on,
-        # by message identity; handed over per batch (`stream_of`).
-        self._origins: dict[int, wire.RequestId] = {}
         self._batch_origins: dict[int, wire.RequestId] = {}
-        # The direct path's connections (looked up at the first request, in
-        # the loop); False where it cannot serve.
-        self._direct: DirectPool | bool | None = None
+        self.requests = HttpRequests(
+            self._session,
+            self._reader,
+            self.exchange,
+            max_bytes,
+            spawn=self._spawn,
+            push=self._push,
+            open_sse=self._open_sse_transport,
+            ended=lambda: self._ended,
+        )
+        self._inflight = self.requests.inflight
 
     # What the session has set up, for the pool and tests to read.
     @property
@@ -153,12 +146,7 @@ class HttpServerConnection:
         if self.tap is not None:
             self.tap("to-server", msg)
         if "method" in msg and "id" in msg:
-            inflight = _Inflight(msg["method"], self._session.is_stateless(msg))
-            self._inflight[msg["id"]] = inflight
-            if not self._post_direct(msg, inflight):
-                scope = anyio.CancelScope()
-                inflight.cancel = scope.cancel
-                self._spawn(self._run_request, msg, scope)
+            self.requests.start(msg)
         elif msg.get("method") == "notifications/cancelled":
             self._cancel(msg)
         else:
@@ -204,7 +192,9 @@ class HttpServerConnection:
         batch = list(self._ready)
         self._ready.clear()
         self._batch_origins = {
-            key: self._origins.pop(key) for key in map(id, batch) if key in self._origins
+            key: self.requests.origins.pop(key)
+            for key in map(id, batch)
+            if key in self.requests.origins
         }
         if self.tap is not None:
             for msg in batch:
@@ -282,7 +272,7 @@ class HttpServerConnection:
 
     def _in_callback(self) -> bool:
         """Whether this runs in one of the direct path's callbacks, outside any task."""
-        return isinstance(self._direct, DirectPool) and asyncio.current_task() is None
+        return asyncio.current_task() is None
 
     async def _guarded(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """A bug or an odd input (say, a header value HTTP cannot carry) in
@@ -305,7 +295,7 @@ class HttpServerConnection:
             # The GET stream carries no replies (2025-11-25 "Listening for
             # Messages from the Server"): one there would be routed by its id
             # alone, to whichever call has it.
-            foreign_log.warning(
+            http_requests.foreign_log.warning(
                 "upstream sent a reply on its GET stream; dropped",
                 url=self.url,
                 got=str(msg.get("id"))[:64],
@@ -351,180 +341,6 @@ class HttpServerConnection:
             inflight.cancel()
         if inflight is None or not inflight.modern:
             self._spawn(self._post_message, msg)
-
-    # -- requests --------------------------------------------------------------------
-    async def _run_request(
-        self,
-        msg: wire.Message,
-        scope: anyio.CancelScope,
-        first: Callable[[], Awaitable[HttpRefusal | None]] | None = None,
-        generation: int | None = None,
-    ) -> None:
-        """The whole exchange of a request; from `first` on (what its first
-        POST, sent under tools `generation`, came to) when the direct path
-        began it."""
-        msg_id = msg["id"]
-        try:
-            with scope:
-                if generation is None:
-                    generation = self._session.tools_generation
-                if first is None:
-                    refused = await self.exchange.request(msg, self.deliver_for(msg))
-                else:
-                    refused = await first()
-                if refused is not None and http_wire.asks_header_refresh(msg, refused.reply):
-                    # "Client Behavior": on HeaderMismatch, re-read the tools'
-                    # schemas and retry once with the headers they now call for.
-                    await self._session.refresh_tools(msg, generation, self.exchange.request)
-                    refused = await self.exchange.request(msg, self.deliver_for(msg))
-                if (
-                    refused is not None
-                    and self._session.sse_endpoint is None
-                    and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
-                    and await self._open_sse_transport()
-                ):
-                    refused = await self.exchange.request(msg, self.deliver_for(msg))
-                if refused is not None:
-                    self.deliver_for(msg)(refused.reply)
-        except Exception as exc:
-            if msg_id in self._inflight:  # the caller still waits: answer it
-                self.deliver_for(msg)(http_wire.failure_reply(msg_id, describe(exc)))
-            raise
-        finally:
-            if self._session.sse_endpoint is None:  # HTTP+SSE: the reply comes on the stream
-                self._inflight.pop(msg_id, None)
-
-    # -- requests on the direct path (http_direct) -------------------------------------
-    def _post_direct(self, msg: wire.Message, inflight: _Inflight) -> bool:
-        """POST a request now, its answer read in callbacks; False leaves it
-        to a task (no task group yet, the old HTTP+SSE transport, a loop
-        other than asyncio, a header only h11 may judge)."""
-        session = self._session
-        if self._tg is None or session.sse_endpoint is not None:
-            return False
-        if self._direct is None:
-            self._direct = session.client.direct_pool(session.url, self._max_bytes) or False
-        if self._direct is False:
-            return False
-        data = session.post_bytes(msg, orjson.dumps(msg))
-        if data is None:
-            return False
-        call = SentCall(self, msg, data, session.tools_generation, session.session_id is not None)
-        inflight.cancel = call.abort
-        self.dispatch(call)
-        return True
-
-    def dispatch(self, call: SentCall) -> None:
-        assert isinstance(self._direct, DirectPool)
-        connection = self._direct.take()
-        if connection is None:
-            self._spawn(self._connect_direct, call)
-        else:
-            call.connection = connection
-            connection.send(call.data, call, self._session.stream_timeout.write)
-
-    async def _connect_direct(self, call: SentCall) -> None:
-        assert isinstance(self._direct, DirectPool)
-        try:
-            connection = await self._direct.connect(self._session.stream_timeout.connect)
-        except HttpClientError as exc:
-            call.failed(describe(exc))
-            return
-        if call.aborted:
-            self._direct.release(connection)
-            return
-        call.connection = connection
-        connection.send(call.data, call, self._session.stream_timeout.write)
-
-    def direct_settled(self, call: SentCall, refused: HttpRefusal | None) -> None:
-        """What the first POST of a direct call came to, as _run_request
-        goes on from it: at once when nothing more waits, else in a task."""
-        msg = call.msg
-        msg_id = msg["id"]
-        if refused is not None and (
-            http_wire.asks_header_refresh(msg, refused.reply)
-            or (
-                self._session.sse_endpoint is None
-                and http_wire.may_be_http_sse(msg, refused.status, refused.reply)
-            )
-        ):
-            self.continue_in_task(call, lambda: known(refused))
-            return
-        if refused is not None:
-            self.deliver_for(msg)(refused.reply)
-        if self._session.sse_endpoint is None:
-            self._inflight.pop(msg_id, None)
-
-    def answer_events(self, call: SentCall, headers: dict[str, str]) -> AnswerEvents | None:
-        """A direct call's event-stream answer, read in the connection's
-        callbacks as HttpExchange.answer reads one in a task; None leaves it
-        to a task (the old HTTP+SSE transport)."""
-        session = self._session
-        if session.sse_endpoint is not None:
-            return None
-        msg = call.msg
-        session.take_session(msg, headers.get("mcp-session-id"))
-        return self._reader.answer_events(
-            msg["id"],
-            self.deliver_for(msg),
-            lambda refused: self.direct_settled(call, refused),
-            lambda first: self.continue_in_task(call, first),
-        )
-
-    def continue_in_task(
-        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
-    ) -> None:
-        """A task takes a direct call on from `first`."""
-        self._spawn(self._continued, call, first)
-
-    async def _continued(
-        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
-    ) -> None:
-        # The scope is made here, in the task: the callbacks run outside any.
-        call.scope = scope = anyio.CancelScope()
-        if call.aborted:
-            scope.cancel()
-        await self._run_request(call.msg, scope, first, call.generation)
-
-    def direct_failed(self, call: SentCall, exc: Exception) -> None:
-        """A bug or an odd input met on the direct path: as _guarded says."""
-        log.error(
-            "upstream http task failed", task="_direct_call", url=self.url, error=describe(exc)
-        )
-        if call.msg["id"] in self._inflight:  # the caller still waits: answer it
-            self._inflight.pop(call.msg["id"], None)
-            self.deliver_for(call.msg)(http_wire.failure_reply(call.msg["id"], describe(exc)))
-
-    def deliver_for(self, request: wire.Message) -> Deliver:
-        """How messages on a request's response reach the queue: the reply to
-        it is looked at first (initialize, tools/list), the rest goes as is."""
-        msg_id = request["id"]
-
-        def deliver(msg: wire.Message) -> None:
-            if "method" not in msg and msg.get("id") != msg_id:
-                # A reply belongs to the exchange it came on (issue #29): one
-                # under another call's id (another principal's, perhaps) must
-                # never reach that call. This exchange's own call fails.
-                foreign_log.warning(
-                    "upstream answered another call's id on this exchange",
-                    url=self.url,
-                    expected=msg_id,
-                    got=str(msg.get("id"))[:64],
-                )
-                msg = wire.gateway_error(
-                    msg_id,
-                    wire.INTERNAL_ERROR,
-                    "Upstream server failed: it answered this request with another request's id",
-                    reason="upstream-failed",
-                )
-            if "method" not in msg:
-                self._inflight.pop(msg_id, None)
-                self._session.observe_reply(request, msg)
-            elif "id" not in msg:
-                self._origins[id(msg)] = msg_id
-            self._push(msg)
-
-        return deliver
 
     # -- notifications and our answers to server requests ------------------------------
     async def _post_message(self, msg: wire.Message) -> None:

@@ -25,6 +25,8 @@ class HttpSettings(Protocol):
     @property
     def upstream_headers(self) -> dict[str, str]: ...
     @property
+    def upstream_redirect_origins(self) -> tuple[str, ...]: ...
+    @property
     def probe_timeout(self) -> float: ...
     @property
     def request_timeout(self) -> float: ...
@@ -46,8 +48,10 @@ class HttpConnector:
         read_timeout: float = 30.0,
         max_bytes: int = 4 * 1024 * 1024,
         trace_headers: bool = False,
+        redirect_origins: tuple[str, ...] = (),
     ) -> None:
         self.url = url
+        self._redirect_origins = redirect_origins
         self._trace_headers = trace_headers
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
@@ -69,6 +73,7 @@ class HttpConnector:
             read_timeout=config.request_timeout,
             max_bytes=config.max_message_bytes,
             trace_headers=config.tracing,
+            redirect_origins=config.upstream_redirect_origins,
         )
 
     async def connect(self, headers: Mapping[str, str] | None = None) -> HttpServerConnection:
@@ -77,7 +82,7 @@ class HttpConnector:
         if self._client is None:
             # HTTP/1.1 keep-alive; no connection cap, since each in-flight call
             # holds one and calls are bounded upstream of here.
-            self._client = HttpClient(max_idle=32)
+            self._client = HttpClient(max_idle=32, redirect_origins=self._redirect_origins)
         connection = HttpServerConnection(
             self._client,
             self.url,

@@ -1,6 +1,6 @@
 """One POST to the upstream and what it got: a request's answer delivered
-(or the refusal its caller gets instead), a notification's or a response's
-202. A 404 on our session id ends the session (2025-11-25 "Session
+(or the refusal its caller gets instead), a redirect to follow, a
+notification's or a response's 202. A 404 on our session id ends the session (2025-11-25 "Session
 Management"), whatever was POSTed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import structlog
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClientError, Response, describe
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_stream import HttpRefusal, StreamReader
 
@@ -27,38 +27,12 @@ class HttpExchange:
         self._reader = reader
         self._session_gone = session_gone
 
-    async def request(self, msg: wire.Message, deliver: Deliver) -> HttpRefusal | None:
-        """POST one request. Messages of a 2xx answer go to `deliver` as they
-        come; anything else is returned as a refusal for the caller to judge."""
-        msg_id = msg["id"]
-        session = self._session
-        headers = session.headers(msg)
-        sent_session = "Mcp-Session-Id" in headers
-        try:
-            async with session.client.stream(
-                "POST",
-                session.post_url,
-                content=orjson.dumps(msg),
-                headers=headers,
-                timeout=session.stream_timeout,
-            ) as resp:
-                return await self.answer(msg, resp, sent_session, deliver)
-        except HttpClientError as exc:
-            return HttpRefusal(http_wire.failure_reply(msg_id, describe(exc)), None)
-
-    async def answer(
-        self, msg: wire.Message, resp: Response, sent_session: bool, deliver: Deliver
-    ) -> HttpRefusal | None:
-        """What the server answered to request `msg`, read as it comes."""
-        session = self._session
-        if resp.is_success:
-            if session.sse_endpoint is not None:
-                await self._reader.read_body(resp)  # read, so the connection is reused
-                return None  # 2024-11-05: the answer comes on the SSE stream
-            session.take_session(msg, resp.headers.get("mcp-session-id"))
-            return await self._reader.read_answer(msg["id"], resp, deliver)
-        body = await self._reader.read_body(resp)
-        return self._refused(msg, resp.status_code, resp.headers, body, sent_session)
+    def redirect(
+        self, msg: wire.Message, status: int, headers: dict[str, str]
+    ) -> http_wire.Redirect | None:
+        """What a redirect answer to POSTed `msg` leads to (the client's
+        rule, the one every exchange follows); None: the answer stands."""
+        return self._session.client.redirect("POST", self._session.post_url, status, headers)
 
     def settle(
         self,
@@ -70,8 +44,10 @@ class HttpExchange:
         sent_session: bool,
         deliver: Deliver,
     ) -> HttpRefusal | None:
-        """`answer` for an answer read whole (http_direct): `body` None when
-        its `size` is over the message size limit. Never an event stream."""
+        """What the server answered to request `msg`, read whole in the
+        connection's callbacks: `body` None when its `size` is over the
+        message size limit. Never an event stream (read as it comes, by
+        http_stream.AnswerEvents)."""
         session = self._session
         if 200 <= status < 300:
             if session.sse_endpoint is not None:

@@ -1,22 +1,28 @@
-"""A request of the HTTP back on the direct path (http_direct): what its
-connection reports — answered whole, answering with a stream, failed, to be
-sent again — goes to the HttpServerConnection that sent it (the owner), which
-settles it the way its tasks settle any other."""
+"""One request of the HTTP back, written at once on a keep-alive connection
+and answered in that connection's callbacks (http_connection.Exchange):
+every request takes this one path. What its answer comes to -- its messages
+to `deliver`, then nothing (a reply came) or the refusal its caller gets
+instead -- goes to `settled`; a redirect, a retry after a stale connection
+or a connect goes back to the HttpServerConnection that sent it (the owner),
+which starts a task only for a step that waits."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 import anyio
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import Response
-from gateway.backs.http_direct import DirectConnection, EventSink
+from gateway.backs.http_body_feed import BodyFeed
+from gateway.backs.http_client import OriginPool
+from gateway.backs.http_connection import WHOLE, BodyChoice, EventSink, HttpConnection
 from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_session import Deliver
 from gateway.backs.http_stream import HttpRefusal
+
+Settled = Callable[["SentCall", HttpRefusal | None], None]
 
 
 class CallOwner(Protocol):
@@ -24,42 +30,37 @@ class CallOwner(Protocol):
 
     exchange: HttpExchange
 
-    def answer_events(self, call: SentCall, headers: dict[str, str]) -> EventSink | None: ...
-
     @property
     def ended(self) -> str | None: ...
 
-    def deliver_for(self, request: wire.Message) -> Deliver: ...
+    def answer_events(self, call: SentCall, headers: dict[str, str]) -> EventSink | None: ...
 
-    def direct_settled(self, call: SentCall, refused: HttpRefusal | None) -> None: ...
-
-    def direct_failed(self, call: SentCall, exc: Exception) -> None: ...
-
-    def continue_in_task(
-        self, call: SentCall, first: Callable[[], Awaitable[HttpRefusal | None]]
-    ) -> None: ...
+    def redirected(self, call: SentCall, url: str) -> None: ...
 
     def dispatch(self, call: SentCall) -> None: ...
 
-
-async def known(refused: HttpRefusal | None) -> HttpRefusal | None:
-    """An outcome already settled, as continue_in_task takes one to wait for."""
-    return refused
+    def direct_failed(self, call: SentCall, exc: Exception) -> None: ...
 
 
 class SentCall:
-    """A request on the direct path: what its connection reports
-    (http_direct.DirectCall) goes to the connection that sent it."""
+    """A request and where it stands: its bytes and origin (`aim`), the
+    connection carrying it, a redirect its answer asked for."""
 
     __slots__ = (
         "_owner",
         "aborted",
         "connection",
         "data",
+        "deliver",
         "generation",
+        "hop",
+        "hops",
         "msg",
+        "pool",
+        "refreshed",
         "scope",
         "sent_session",
+        "settled",
         "streamed",
     )
 
@@ -67,19 +68,31 @@ class SentCall:
         self,
         owner: CallOwner,
         msg: wire.Message,
-        data: bytes,
+        deliver: Deliver,
+        settled: Settled,
         generation: int,
-        sent_session: bool,
     ) -> None:
         self._owner = owner
         self.msg = msg
-        self.data = data
-        self.generation = generation
-        self.sent_session = sent_session
-        self.connection: DirectConnection | None = None
+        self.deliver = deliver
+        self.settled = settled
+        self.generation = generation  # the tools' headers it was first sent under
+        self.data = b""
+        self.pool: OriginPool | None = None
+        self.sent_session = False
+        self.connection: HttpConnection | None = None
         self.aborted = False
-        self.scope: anyio.CancelScope | None = None  # once a task has taken it on
-        self.streamed: Callable[[], None] | None = None  # ends its event stream's reading
+        self.hop: http_wire.Redirect | None = None  # what the answer's redirect leads to
+        self.hops = 0
+        self.refreshed = False  # sent again after a tools/list refresh (once at most)
+        self.scope: anyio.CancelScope | None = None  # while a task takes a step of it
+        self.streamed: Callable[[], None] | None = None
+
+    def aim(self, data: bytes, pool: OriginPool, sent_session: bool) -> None:
+        """What to write, where, next (the first time, after a redirect, a
+        refresh or a fallback)."""
+        self.data, self.pool, self.sent_session = data, pool, sent_session
+        self.connection, self.hop = None, None
 
     def abort(self) -> None:
         """Cancelled (or the session is over): the exchange ends here."""
@@ -94,23 +107,17 @@ class SentCall:
     def _live(self) -> bool:
         return not self.aborted and self._owner.ended is None
 
-    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
+    # -- http_connection.Exchange -------------------------------------------------------
+    def body_for(self, status: int, headers: dict[str, str]) -> EventSink | BodyChoice:
         if not self._live():
-            return
-        owner = self._owner
-        try:
-            deliver = owner.deliver_for(self.msg)
-            refused = owner.exchange.settle(
-                self.msg, status, headers, body, size, self.sent_session, deliver
-            )
-            owner.direct_settled(self, refused)
-        # Any failure: as a task's in _guarded (the caller gets a gateway error).
-        except Exception as exc:
-            owner.direct_failed(self, exc)
-
-    def events(self, headers: dict[str, str]) -> EventSink | None:
-        if not self._live():
-            return None
+            return WHOLE
+        hop = self._owner.exchange.redirect(self.msg, status, headers)
+        if hop is not None:
+            self.hop = hop  # its body is read whole and dropped, then it is sent there
+            return WHOLE
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if not (200 <= status < 300 and ctype == "text/event-stream"):
+            return WHOLE
         guarded = _Guarded(self)
         try:
             sink = self._owner.answer_events(self, headers)
@@ -120,32 +127,37 @@ class SentCall:
             guarded.fail(exc)
             return guarded
         if sink is None:
-            return None
+            return WHOLE  # HTTP+SSE: the reply comes on the other stream
         guarded.sink = sink
         return guarded
 
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
+    def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         if not self._live():
-            done()
             return
-        owner = self._owner
-        deliver = owner.deliver_for(self.msg)
-        self.streamed = done  # an abort before the task starts closes it too
+        if self.hop is not None:
+            if self.hop.url is None:
+                self.failed(self.hop.refused or "redirect refused")
+            else:
+                self._owner.redirected(self, self.hop.url)
+            return
+        try:
+            refused = self._owner.exchange.settle(
+                self.msg, status, headers, body, size, self.sent_session, self.deliver
+            )
+            self.settled(self, refused)
+        # Any failure: as a task's in _guarded (the caller gets a gateway error).
+        except Exception as exc:
+            self._owner.direct_failed(self, exc)
 
-        async def first() -> HttpRefusal | None:
-            try:
-                return await owner.exchange.answer(self.msg, response, self.sent_session, deliver)
-            finally:
-                done()
-
-        owner.continue_in_task(self, first)
+    def streaming(self, status: int, headers: dict[str, str], feed: BodyFeed) -> None:
+        feed.close()  # never chosen by body_for: were it, the call still ends
+        self.failed("the answer's body was not read")
 
     def failed(self, why: str) -> None:
         if not self._live():
             return
         try:
-            refused = HttpRefusal(http_wire.failure_reply(self.msg["id"], why), None)
-            self._owner.direct_settled(self, refused)
+            self.settled(self, HttpRefusal(http_wire.failure_reply(self.msg["id"], why), None))
         # As in answered: a callback must not raise into the event loop.
         except Exception as exc:
             self._owner.direct_failed(self, exc)

@@ -9,17 +9,16 @@ connection (http_back) runs the exchanges, and asks this what to send."""
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import structlog
 
 from gateway import era, wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClient, HttpClientError, Timeout, describe
+from gateway.backs.http_client import HttpClient, Target, Timeout, header_fits
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.core import http_binding, trace_context
 
 log = structlog.get_logger("gateway.backs.http")
@@ -27,18 +26,6 @@ log = structlog.get_logger("gateway.backs.http")
 # Pages of our own tools/list refresh after a -32020 (a bound, not a limit
 # any real server reaches).
 _MAX_TOOL_PAGES = 50
-
-# What a header may carry to go out as it is, written by hand (http_direct):
-# a token name, a value of visible ASCII with inner blanks. Anything else goes
-# the general way, where h11 checks it (and refuses what HTTP cannot carry).
-_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-_VALUE = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
-_TARGET = re.compile(r"/[\x21-\x7e]*")
-
-
-def _fits(name: str, value: str) -> bool:
-    return value.isascii() and bool(_TOKEN.fullmatch(name)) and bool(_VALUE.fullmatch(value))
-
 
 Deliver = Callable[[wire.Message], None]
 # POST one request, its messages to the Deliver (http_back's exchange).
@@ -126,8 +113,8 @@ class HttpSession:
         if extra:
             lines = [head]
             for name, value in extra.items():
-                if name in self._base or not _fits(name, value):
-                    return None  # overrides a configured header: the general way
+                if name in self._base or not header_fits(name, value):
+                    return None  # overrides a configured header: the awaiting form judges
                 lines.append(f"{name}: {value}\r\n")
             head = "".join(lines)
         return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
@@ -135,16 +122,10 @@ class HttpSession:
     def _post_head_for(self) -> str | None:
         """The request line and the headers every POST of the session's
         current state carries (all but a modern request's own), checked once."""
-        parts = urlsplit(self.url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        if not (_TARGET.fullmatch(target) and _VALUE.fullmatch(parts.netloc)):
-            return None
-        lines = [f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"]
-        for name, value in self.headers({}).items():
-            if not _fits(name, value):
-                return None
-            lines.append(f"{name}: {value}\r\n")
-        return "".join(lines)
+        try:
+            return Target.of(self.url).head("POST", self.headers({}))
+        except HttpClientError:
+            return None  # the awaiting form says what is wrong with it
 
     def stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
         """A GET for an event stream: the session's headers, no body type."""

@@ -12,7 +12,7 @@ import anyio
 import structlog
 
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClientError, describe
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_stream import StreamReader
 from gateway.backs.http_wire import SseParser

@@ -15,7 +15,8 @@ import structlog
 
 from gateway import wire
 from gateway.backs import http_wire
-from gateway.backs.http_client import HttpClientError, Response, describe
+from gateway.backs.http_client import Response
+from gateway.backs.http_failures import HttpClientError, describe
 from gateway.backs.http_session import Deliver, HttpSession
 from gateway.backs.http_wire import SseParser
 from gateway.core import backoff, upstream_checks
@@ -94,19 +95,6 @@ class StreamReader:
         self._resume_log = LogLimiter(log)
 
     # -- the answer to a POSTed request ------------------------------------------------
-    async def read_answer(
-        self, msg_id: wire.RequestId, resp: Response, deliver: Deliver
-    ) -> HttpRefusal | None:
-        """Deliver the messages of a 2xx answer to request `msg_id`; the
-        refusal its caller gets if they hold no reply to it."""
-        ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype == "text/event-stream":
-            return await self._read_answer_stream(msg_id, resp, deliver)
-        body = await self._read_reply_body(msg_id, resp)
-        if isinstance(body, HttpRefusal):
-            return body
-        return self.json_reply(msg_id, resp.status_code, ctype, body, deliver)
-
     def json_reply(
         self, msg_id: wire.RequestId, status: int, ctype: str, body: bytes, deliver: Deliver
     ) -> HttpRefusal | None:
@@ -125,26 +113,6 @@ class StreamReader:
             return None
         return HttpRefusal(http_wire.failure_reply(msg_id, "body holds no reply"), None)
 
-    async def _read_answer_stream(
-        self, msg_id: wire.RequestId, resp: Response, deliver: Deliver
-    ) -> HttpRefusal | None:
-        cursor = StreamCursor()
-        try:
-            if await self.read_events(resp, deliver, until=msg_id, cursor=cursor):
-                return None
-        except HttpClientError as exc:
-            # A broken stream is a disconnect too ("Resumability and
-            # Redelivery"), resumable as a closed one; else as before.
-            if cursor.last_id is None or self._session.session_id is None:
-                raise
-            log.debug("upstream stream broke", id=msg_id, error=describe(exc))
-        if cursor.last_id is None or self._session.session_id is None:
-            # Nothing to resume from, or a modern exchange: 2026-07-28
-            # dropped resumability (changelog 9, SEP-2575).
-            why = "stream ended without a reply"
-            return HttpRefusal(http_wire.failure_reply(msg_id, why), None)
-        return await self._resume(msg_id, cursor, deliver)
-
     def answer_events(
         self,
         msg_id: wire.RequestId,
@@ -152,9 +120,9 @@ class StreamReader:
         settled: Callable[[HttpRefusal | None], None],
         resume: Callable[[Callable[[], Awaitable[HttpRefusal | None]]], None],
     ) -> AnswerEvents:
-        """_read_answer_stream for a stream read in a connection's callbacks
-        (http_direct): what it came to goes to `settled`, or a resumption to
-        `resume` (to run in a task)."""
+        """A 2xx event stream answering request `msg_id`, read in the
+        connection's callbacks (http_connection): what it came to goes to
+        `settled`, or a resumption to `resume` (to run in a task)."""
         return AnswerEvents(self, msg_id, deliver, settled, resume)
 
     async def read_events(
@@ -314,21 +282,6 @@ class StreamReader:
         return outcome.to_call
 
     # -- bodies --------------------------------------------------------------------------
-    async def _read_reply_body(self, msg_id: wire.RequestId, resp: Response) -> bytes | HttpRefusal:
-        """A request's JSON reply body, or the refusal its caller gets when
-        the body is over the size limit or breaks off."""
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > self._max_bytes:
-                    return self.reply_over_limit(msg_id, size)
-                chunks.append(chunk)
-        except HttpClientError as exc:
-            return HttpRefusal(http_wire.failure_reply(msg_id, describe(exc)), None)
-        return b"".join(chunks)
-
     def reply_over_limit(self, msg_id: wire.RequestId, size: int) -> HttpRefusal:
         """The refusal a caller gets when the reply's body is over the size limit."""
         self._junk_log.warning(
@@ -362,9 +315,10 @@ def _ignore(event: http_wire.SseEvent) -> None:
 
 class AnswerEvents:
     """A 2xx event stream answering a request, fed chunk by chunk from the
-    callbacks of the connection that reads it: the same outcomes as
-    StreamReader._read_answer_stream, with no task unless the stream must be
-    resumed. After the reply the rest of the stream is not looked at."""
+    callbacks of the connection that reads it, with no task unless the
+    stream must be resumed (2025-11-25 "Resumability and Redelivery"; a
+    modern exchange is never resumed, 2026-07-28 changelog 9, SEP-2575).
+    After the reply the rest of the stream is not looked at."""
 
     __slots__ = (
         "_cursor",

@@ -208,6 +208,59 @@ def resume_failed_reply(msg_id: wire.RequestId, why: str, status: int | None) ->
     )
 
 
+# -- redirects ---------------------------------------------------------------------
+# 307/308 keep the method and body; 301/302/303 turn a request into a bodiless
+# GET (RFC 9110 §15.4), which an MCP POST cannot survive: only a GET or a
+# DELETE follows those.
+_SAME_METHOD = (307, 308)
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A redirect the client acts on: `url` to send the request again to, or
+    (`url` None) why it is not followed, which fails the exchange."""
+
+    url: str | None
+    refused: str | None = None
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host:port`, lower-cased, the port always said; ValueError
+    for a URL whose host or port cannot be read."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)  # ValueError: not a port
+    return f"{scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def redirect(
+    method: str, url: str, status: int, location: str | None, allowed: frozenset[str]
+) -> Redirect | None:
+    """What a `status` answer with `location` to `method url` leads to; None
+    when the answer stands as it is (not a redirect, or one that would change
+    a POST into a GET). A redirect goes to the request's own origin, or to
+    one of `allowed`: the upstream's credentials travel with it."""
+    if status not in _REDIRECTS or not location:
+        return None
+    if status not in _SAME_METHOD and method not in ("GET", "DELETE"):
+        return None
+    try:
+        target = urljoin(url, location.strip())
+        there = origin_of(target)
+    except ValueError:  # urllib's word for a host it cannot read ("http://[")
+        return Redirect(None, f"the upstream redirected to {location[:200]!r}, not a valid URL")
+    if not there.startswith(("http://", "https://")):
+        return Redirect(None, f"the upstream redirected to {target[:200]!r}, not an http(s) URL")
+    if there != origin_of(url) and there not in allowed:
+        why = (
+            f"the upstream redirected to another origin ({there}); "
+            "allow it with [upstream] redirect_origins"
+        )
+        return Redirect(None, why)
+    return Redirect(target)
+
+
 # -- the deprecated HTTP+SSE transport (2024-11-05) ------------------------------
 def endpoint_url(base: str, data: str) -> str | None:
     """The POST URL an `endpoint` event names, resolved against the SSE URL;

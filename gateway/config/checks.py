@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from gateway import era
 from gateway.config import keys
@@ -51,6 +52,28 @@ def _check_upstream_url(url: str) -> None:
     except authority.BadAuthority as exc:
         hint = " (send credentials with [upstream] headers)" if "@" in netloc else ""
         raise ConfigError(f"upstream url {url!r}: bad host: {exc}{hint}", settings=_URL) from None
+
+
+def _check_redirect_origins(cfg: Config) -> None:
+    """Each an http(s) origin, as a redirect's target is compared with."""
+    for origin in cfg.upstream_redirect_origins:
+        parts = urlsplit(origin)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.path not in ("", "/")
+        ):
+            raise ConfigError(
+                f"[upstream] redirect_origins: {origin!r} is not http(s)://host[:port]",
+                settings=("upstream_redirect_origins",),
+            )
+        try:
+            parts.port  # noqa: B018 - urllib reads the port only when asked
+        except ValueError as exc:
+            raise ConfigError(
+                f"[upstream] redirect_origins: {origin!r} has a bad port: {exc}",
+                settings=("upstream_redirect_origins",),
+            ) from None
 
 
 def normalize_listen(value: str) -> str:
@@ -129,6 +152,7 @@ def check(cfg: Config) -> None:
                 f"[upstream] headers: {name!r} is not a valid HTTP header",
                 settings=("upstream_headers",),
             )
+    _check_redirect_origins(cfg)
     _check_http(cfg)
     if cfg.http_affinity_cookie and not _HEADER_NAME.fullmatch(cfg.http_affinity_cookie):
         raise ConfigError(

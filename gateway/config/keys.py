@@ -18,6 +18,7 @@ KEYS: dict[tuple[str, str], str] = {
     ("upstream", "command"): "command",
     ("upstream", "url"): "upstream_url",
     ("upstream", "headers"): "upstream_headers",
+    ("upstream", "redirect_origins"): "upstream_redirect_origins",
     ("upstream", "cwd"): "cwd",
     ("upstream", "exit_grace"): "upstream_exit_grace",
     ("upstream", "env"): "env",

@@ -24,6 +24,9 @@ class Config:
     command: tuple[str, ...] = ()
     upstream_url: str | None = None
     upstream_headers: dict[str, str] = field(default_factory=dict)
+    # Origins besides the upstream's own that its redirects may lead to: the
+    # upstream headers (credentials) travel with a followed redirect.
+    upstream_redirect_origins: tuple[str, ...] = ()
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     upstream_era: str = "auto"  # auto | modern | legacy

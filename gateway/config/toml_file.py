@@ -61,7 +61,13 @@ def coerce(name: str, value: Any, where: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings")
         return frozenset(value)
-    if name in ("command", "replay_tools", "http_allowed_hosts", "http_allowed_origins"):
+    if name in (
+        "command",
+        "replay_tools",
+        "http_allowed_hosts",
+        "http_allowed_origins",
+        "upstream_redirect_origins",
+    ):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings")
         if name == "command" and not value:

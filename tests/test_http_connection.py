@@ -1,6 +1,6 @@
-"""The HTTP back's direct path (gateway/backs/http_direct.py): requests
-written at once on keep-alive connections, answers parsed in the loop's
-callbacks. Against a raw socket server on 127.0.0.1 that writes the answers
+"""The HTTP back's one connection (gateway/backs/http_connection.py):
+requests written at once on keep-alive connections, answers parsed in the
+loop's callbacks. Against a raw socket server on 127.0.0.1 that writes the answers
 byte for byte as each test scripts them, so the framing cases (split
 writes, chunks, informational answers, closes) are the test's to choose.
 Issue #12: "the HTTP back at the speed of a bare relay ... keep-alive, one
@@ -21,8 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import wire
-from gateway.backs.http_client import Response
-from gateway.backs.http_direct import DirectConnection, DirectPool, EventSink
+from gateway.backs.http_body_feed import BodyFeed
+from gateway.backs.http_client import OriginPool
+from gateway.backs.http_connection import (
+    FEED,
+    WHOLE,
+    BodyChoice,
+    EventSink,
+    HttpConnection,
+)
 from tests.test_http_back import connection, exchange, modern
 
 pytestmark = pytest.mark.anyio
@@ -201,11 +208,10 @@ async def test_a_broken_answer_fails_only_its_call() -> None:
 
 
 async def test_a_header_http_cannot_carry_is_never_written_by_hand() -> None:
-    """RFC 9110 §5.5: a field value holds no CR or LF. The direct path writes
-    requests by hand, so a value it cannot vouch for goes the general way,
-    where h11 refuses it: the call fails under its id, and nothing (no
-    injected header) reaches the server. A value h11 does allow, though the
-    direct path's check is stricter, still goes out."""
+    """RFC 9110 §5.5: a field value holds no CR or LF. The client writes
+    requests itself, so a value it cannot vouch for is refused before a
+    byte is written: the call fails under its id, and nothing (no injected
+    header) reaches the server. An odd value HTTP can carry still goes out."""
     async with raw_server(lambda n, msg: ([json_answer(msg)], False)) as server:
         async with connection(server.url, **{"X-Evil": "a\r\nInjected: 1"}) as c:
             seen = await exchange(c, modern(1, "tools/call", name="echo"))
@@ -260,7 +266,7 @@ async def test_a_configured_header_a_modern_request_sets_itself_is_sent_once() -
 
 
 class _Transport(asyncio.Transport):
-    """Just what a DirectConnection asks of its transport."""
+    """Just what a HttpConnection asks of its transport."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -284,16 +290,16 @@ class _Transport(asyncio.Transport):
 
 
 class _Refusing:
-    """A DirectCall for which every report is unexpected; each fake allows its own."""
+    """An Exchange for which every report is unexpected; each fake allows its own."""
+
+    def body_for(self, status: int, headers: dict[str, str]) -> EventSink | BodyChoice:
+        return WHOLE
 
     def answered(self, status: int, headers: dict[str, str], body: bytes | None, size: int) -> None:
         raise AssertionError("not an answer read whole")
 
-    def events(self, headers: dict[str, str]) -> EventSink | None:
-        raise AssertionError("not an event stream")
-
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        raise AssertionError("not a stream read in a task")
+    def streaming(self, status: int, headers: dict[str, str], feed: BodyFeed) -> None:
+        raise AssertionError("not a body read in a task")
 
     def failed(self, why: str) -> None:
         raise AssertionError(why)
@@ -304,13 +310,13 @@ class _Refusing:
 
 @dataclass
 class _Call(_Refusing):
-    streamed: list[Response] = field(default_factory=list)
+    streamed: list[BodyFeed] = field(default_factory=list)
 
-    def events(self, headers: dict[str, str]) -> EventSink | None:
-        return None  # read in a task, through the feed
+    def body_for(self, status: int, headers: dict[str, str]) -> EventSink | BodyChoice:
+        return FEED  # read in a task, through the feed
 
-    def streaming(self, response: Response, done: Callable[[], None]) -> None:
-        self.streamed.append(response)
+    def streaming(self, status: int, headers: dict[str, str], feed: BodyFeed) -> None:
+        self.streamed.append(feed)
 
 
 async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_reading() -> None:
@@ -318,12 +324,12 @@ async def test_a_stream_that_fills_its_feed_and_ends_in_one_read_is_pooled_readi
     passes the feed's mark pauses the socket, and one that also ended in
     that same read went back to the pool paused, where the next call's
     answer would never have been read."""
-    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=8 << 20)
-    connection = DirectConnection(pool)
+    pool = OriginPool("127.0.0.1", 1, max_idle=4)
+    connection = HttpConnection(pool)
     transport = _Transport()
     connection.connection_made(transport)
     call = _Call()
-    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0, 1 << 20)
     body = b"data: " + b"x" * (3 << 19) + b"\n\n"
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     connection.data_received(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
@@ -352,13 +358,13 @@ def test_any_split_of_any_framed_answer_is_read_once_and_whole(
     """RFC 9112 §6.3: the framing (Content-Length, or chunks) says where an
     answer ends, however its bytes arrive; each answer is reported once,
     whole, and the connection goes back to the pool for the next."""
-    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
-    connection = DirectConnection(pool)
+    pool = OriginPool("127.0.0.1", 1, max_idle=4)
+    connection = HttpConnection(pool)
     connection.connection_made(_Transport())
     raw = framed(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n" % status, body, chunked)
     for _ in range(2):  # the second answer on the connection the first left idle
         call = _Whole()
-        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0, 1 << 20)
         feed_split(connection, raw, cuts)
         assert call.answers == [(status, body)]
         assert pool.take() is connection
@@ -375,7 +381,7 @@ def framed(head: bytes, body: bytes, chunked: bool) -> bytes:
     return raw + b"0\r\n\r\n"
 
 
-def feed_split(connection: DirectConnection, raw: bytes, cuts: list[int]) -> None:
+def feed_split(connection: HttpConnection, raw: bytes, cuts: list[int]) -> None:
     """`raw` into the connection, cut at `cuts` (each taken modulo its length)."""
     points = sorted({cut % (len(raw) + 1) for cut in cuts} | {0, len(raw)})
     for start, end in itertools.pairwise(points):
@@ -404,7 +410,7 @@ class _Sink:
 class _Sinking(_Refusing):
     sink: _Sink = field(default_factory=_Sink)
 
-    def events(self, headers: dict[str, str]) -> EventSink | None:
+    def body_for(self, status: int, headers: dict[str, str]) -> EventSink | BodyChoice:
         return self.sink
 
 
@@ -423,13 +429,13 @@ def test_an_event_stream_read_in_the_callbacks_reaches_its_sink_whole_once(
     """An event-stream answer taken by a sink (no task, issue #12): however
     its bytes arrive, the sink gets the body in order, then one end; the
     connection then goes back to the pool for the next call."""
-    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
-    connection = DirectConnection(pool)
+    pool = OriginPool("127.0.0.1", 1, max_idle=4)
+    connection = HttpConnection(pool)
     connection.connection_made(_Transport())
     raw = framed(SSE_HEAD, body, chunked)
     for _ in range(2):
         call = _Sinking()
-        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+        connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0, 1 << 20)
         feed_split(connection, raw, cuts)
         assert call.sink.body == body and call.sink.ends == [None]
         assert pool.take() is connection
@@ -440,12 +446,12 @@ async def test_a_stream_that_goes_on_after_its_sink_is_done_is_closed_after_the_
     gives the connection up: so does the callback path (the timer is fired
     here, not waited for). A stream that breaks before the sink is done is
     its end, with the reason."""
-    pool = DirectPool("127.0.0.1", 1, max_idle=4, max_bytes=1 << 20)
-    connection = DirectConnection(pool)
+    pool = OriginPool("127.0.0.1", 1, max_idle=4)
+    connection = HttpConnection(pool)
     transport = _Transport()
     connection.connection_made(transport)
     call = _Sinking(_Sink(enough=5))
-    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0)
+    connection.send(b"POST / HTTP/1.1\r\n\r\n", call, 1.0, 1 << 20)
     connection.data_received(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
     assert call.sink.body == b"hello" and call.sink.ends == []
     linger = connection._linger
@@ -456,10 +462,10 @@ async def test_a_stream_that_goes_on_after_its_sink_is_done_is_closed_after_the_
     connection.connection_lost(None)
     assert call.sink.ends == []  # it was done: nothing more to say
 
-    broken = DirectConnection(pool)
+    broken = HttpConnection(pool)
     broken.connection_made(_Transport())
     cut = _Sinking()
-    broken.send(b"POST / HTTP/1.1\r\n\r\n", cut, 1.0)
+    broken.send(b"POST / HTTP/1.1\r\n\r\n", cut, 1.0, 1 << 20)
     broken.data_received(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
     broken.connection_lost(None)
     assert cut.sink.body == b"abc"
