@@ -116,7 +116,10 @@ class Cluster:
         """Until HAProxy sees the replicas so (polled every 50 ms)."""
         with anyio.fail_after(within):
             while True:  # ends when HAProxy agrees (or the bound)
-                states = await self.states()
+                try:
+                    states = await self.states()
+                except (FileNotFoundError, ConnectionRefusedError):
+                    states = {}  # its stats socket not (yet) taking connections: not UP
                 if all(states.get(name, "").startswith(s) for name, s in want.items()):
                     return
                 await anyio.sleep(0.05)
