@@ -14,8 +14,8 @@ import structlog.testing
 from gateway import wire
 from gateway.backs import http_back, http_requests
 from gateway.log_limit import LogLimiter
+from tests.http_back_support import connection, legacy_handshake, modern, until_reply
 from tests.servers.scripted_http import HttpRequest, HttpServer, LegacyHttp, Reply, serve, sse
-from tests.test_http_back import connection, legacy_handshake, modern, until_reply
 
 pytestmark = pytest.mark.anyio
 

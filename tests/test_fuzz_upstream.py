@@ -50,10 +50,10 @@ from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import WIND_DOWN
+from tests.http_back_support import connection, exchange, http_gateway, modern
 from tests.mock_clock import mock_clock
 from tests.scripted import ScriptedServer, Upstream, encoding_link, wait_tables_empty
 from tests.servers.scripted_http import HttpRequest, HttpServer, OldSseHttp, Reply, serve
-from tests.test_http_back import connection, exchange, http_gateway, modern
 
 settings.register_profile(
     "ci",

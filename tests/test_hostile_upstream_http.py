@@ -27,6 +27,16 @@ from gateway.backs import http_failures
 from gateway.backs.http_wire import SseParser
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.log_limit import LogLimiter
+from tests.http_back_support import (
+    META,
+    MRTR_CAPS,
+    connection,
+    exchange,
+    http_gateway,
+    modern,
+    reply_of,
+)
+from tests.raw_http_server import json_answer, raw_server, reply_to
 from tests.servers.scripted_http import (
     Ask,
     HttpRequest,
@@ -36,16 +46,6 @@ from tests.servers.scripted_http import (
     serve,
     sse,
 )
-from tests.test_http_back import (
-    META,
-    MRTR_CAPS,
-    connection,
-    exchange,
-    http_gateway,
-    modern,
-    reply_of,
-)
-from tests.test_http_connection import json_answer, raw_server, reply_to
 
 pytestmark = pytest.mark.anyio
 

@@ -6,17 +6,9 @@ deprecated HTTP+SSE transport). Each test names the spec rule it checks."""
 
 from __future__ import annotations
 
-import math
-import os
-import signal
-import socket
-import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -25,13 +17,26 @@ import structlog.testing
 from gateway import era, wire
 from gateway.backs import http_back, http_requests
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
-from gateway.backs.http_connector import HttpConnector
 from gateway.backs.http_stream import StreamReader
-from gateway.client_link import ClientLink
-from gateway.config import Config
 from gateway.core import http_binding
 from gateway.log_limit import LogLimiter
-from gateway.runtime.service import GatewayService
+from tests.http_back_support import (
+    CONFORMANCE,
+    META,
+    MRTR_CAPS,
+    PEERS,
+    REPO,
+    Peer,
+    connection,
+    exchange,
+    free_port,
+    http_gateway,
+    legacy_handshake,
+    modern,
+    reply_of,
+    traced_connection,
+    until_reply,
+)
 from tests.log_events import log_events
 from tests.scripted import Client
 from tests.servers.scripted_http import (
@@ -51,11 +56,6 @@ from tests.servers.scripted_http import (
 
 pytestmark = pytest.mark.anyio
 
-META = {
-    era.PROTOCOL_VERSION: "2026-07-28",
-    era.CLIENT_CAPABILITIES: {},
-    era.CLIENT_INFO: {"name": "test", "version": "1"},
-}
 ELICIT = {
     "message": "Your name?",
     "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
@@ -77,68 +77,6 @@ REGION_TOOL = {
         },
     },
 }
-
-
-def modern(msg_id: wire.RequestId, method: str, **params: Any) -> wire.Message:
-    return wire.request(msg_id, method, {**params, "_meta": META})
-
-
-@asynccontextmanager
-async def connection(url: str, **headers: str) -> AsyncIterator[HttpServerConnection]:
-    async with traced_connection(url, False, **headers) as conn:
-        yield conn
-
-
-@asynccontextmanager
-async def traced_connection(
-    url: str, trace_headers: bool, **headers: str
-) -> AsyncIterator[HttpServerConnection]:
-    """`trace_headers`: as with tracing on (tests of issue #13's headers)."""
-    connector = HttpConnector(
-        url, headers=headers, connect_timeout=2, read_timeout=2, trace_headers=trace_headers
-    )
-    conn = await connector.connect()
-    async with anyio.create_task_group() as tg:
-        # Running before the first request, as in the gateway: calls are
-        # written at once, their answers read in the connection's callbacks.
-        await tg.start(_run_background, conn)
-        try:
-            yield conn
-        finally:
-            await conn.aclose(1)
-            tg.cancel_scope.cancel()
-    await connector.aclose()
-
-
-async def _run_background(
-    conn: HttpServerConnection, *, task_status: anyio.abc.TaskStatus[None]
-) -> None:
-    task_status.started()
-    await conn.run_background()
-
-
-async def exchange(conn: HttpServerConnection, msg: wire.Message) -> list[wire.Message]:
-    """Send a request; everything received up to and including its reply."""
-    await conn.send(msg)
-    return await until_reply(conn, msg["id"])
-
-
-async def until_reply(conn: HttpServerConnection, msg_id: wire.RequestId) -> list[wire.Message]:
-    seen: list[wire.Message] = []
-    with anyio.fail_after(5):
-        while not any(m.get("id") == msg_id and "method" not in m for m in seen):
-            seen += await conn.receive_batch()
-    return seen
-
-
-def reply_of(seen: list[wire.Message]) -> wire.Message:
-    return next(m for m in seen if "method" not in m)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- modern servers (2026-07-28 streamable-http) --------------------------------------
@@ -359,17 +297,6 @@ async def test_a_redirect_to_another_origin_is_followed_only_where_configured() 
 # -- legacy servers (2025-11-25 Streamable HTTP) --------------------------------------
 
 
-async def legacy_handshake(c: HttpServerConnection) -> wire.Message:
-    init = wire.request(
-        1,
-        "initialize",
-        {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {}},
-    )
-    reply = reply_of(await exchange(c, init))
-    await c.send(wire.notification("notifications/initialized"))
-    return reply
-
-
 async def test_legacy_refusal_is_rekeyed_then_the_session_is_kept() -> None:
     behaviour = LegacyHttp(priming=True)
     async with serve(behaviour) as server, connection(server.url) as c:
@@ -568,30 +495,6 @@ async def test_a_failure_reading_the_http_sse_stream_is_one_line_not_the_connect
 
 
 # -- the whole gateway over the HTTP back ---------------------------------------------
-
-
-@asynccontextmanager
-async def http_gateway(url: str, **config: Any) -> AsyncIterator[Client]:
-    cfg = Config(
-        upstream_url=url,
-        **{"probe_timeout": 2, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
-    )
-    async with anyio.create_task_group() as tg:
-        service = GatewayService(cfg)
-        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
-        service.links.add(link)
-        await service.start(tg)
-        async with anyio.create_task_group() as requests:
-            yield Client(service, link, receive, requests, cast(Any, None))
-            requests.cancel_scope.cancel()
-        await service.aclose()
-        tg.cancel_scope.cancel()
-    send.close()
-    receive.close()
-
-
-MRTR_CAPS: dict[str, Any] = {"elicitation": {"form": {}}}
 
 
 async def test_modern_client_through_legacy_http_with_an_mrtr_elicitation() -> None:
@@ -882,65 +785,6 @@ async def test_a_refused_legacy_check_that_opened_a_session_deletes_it() -> None
 
 
 # -- real peers over HTTP (PEERS.md "Wire facts (Streamable HTTP)") ---------------------
-
-REPO = Path(__file__).resolve().parent.parent
-PEERS = Path(os.environ.get("MCP_PEERS_DIR") or REPO / ".peers").resolve()
-CONFORMANCE = REPO / "compat_matrix" / "conformance"
-
-
-@dataclass
-class Peer:
-    argv: list[str]
-    port: int
-    path: str = "/mcp"
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
-
-    def start(self) -> None:
-        if not Path(self.argv[0]).exists():
-            pytest.fail(
-                f"peer missing: {self.argv[0]} (run `bash peers/install.sh`)", pytrace=False
-            )
-        self.proc = subprocess.Popen(
-            self.argv,
-            env={**os.environ, **self.env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own group: stopped with its children
-        )
-
-    def wait_listening(self, deadline: float) -> None:
-        assert self.proc is not None
-        while True:  # each pass tries to connect once
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                pytest.fail(f"{self.argv} exited {self.proc.returncode}: {err[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{self.argv} never listened on {self.port}")
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(3)
-        except subprocess.TimeoutExpired:
-            with suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        if self.proc.stderr:
-            self.proc.stderr.close()
 
 
 @pytest.fixture(scope="module")

@@ -28,16 +28,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway import wire
 from gateway.backs.http_back import HttpConnectionEnded, HttpServerConnection
-from tests.servers.scripted_http import (
-    COMMENT,
-    HttpRequest,
-    HttpServer,
-    LegacyHttp,
-    ModernHttp,
-    Reply,
-    serve,
-)
-from tests.test_http_back import (
+from tests.http_back_support import (
     CONFORMANCE,
     Peer,
     connection,
@@ -47,6 +38,15 @@ from tests.test_http_back import (
     modern,
     reply_of,
     until_reply,
+)
+from tests.servers.scripted_http import (
+    COMMENT,
+    HttpRequest,
+    HttpServer,
+    LegacyHttp,
+    ModernHttp,
+    Reply,
+    serve,
 )
 from tests.test_real_peers_dual import legacy_client
 

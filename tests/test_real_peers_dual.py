@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_http_back import PEERS, Peer, free_port
+from tests.http_back_support import PEERS, Peer, free_port
 
 pytestmark = [pytest.mark.peers]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_http_back import PEERS, free_port
+from tests.http_back_support import PEERS, free_port
 from tests.test_real_peers_dual import ANSWER, ASKED, SERVER, legacy_client
 
 pytestmark = [pytest.mark.peers]

@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.test_http_back import Peer, free_port
+from tests.http_back_support import Peer, free_port
 from tests.test_real_peers_notifications import http_gateway_process
 
 pytestmark = pytest.mark.peers

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from gateway.core import task_shapes
-from tests.test_http_back import PEERS, Peer, free_port
+from tests.http_back_support import PEERS, Peer, free_port
 
 pytestmark = [pytest.mark.peers]
 
