@@ -405,3 +405,24 @@ async def test_a_stream_that_goes_on_after_its_sink_is_done_is_closed_after_the_
     broken.connection_lost(None)
     assert cut.sink.body == b"abc"
     assert cut.sink.ends == ["the upstream closed the connection mid-body"]
+
+
+async def test_each_redirect_hop_resolves_against_the_one_before() -> None:
+    """RFC 9110 §15.4: a Location is relative to the request it answers.
+    /mcp → 307 /a/x → 307 y is /a/y, not /y: a call's second hop resolves
+    against its first one's target, and the answer there stands."""
+
+    def script(n: int, msg: wire.Message) -> tuple[list[bytes], bool]:
+        line = server.heads[-1].split(b"\r\n")[0]
+        moved = b"HTTP/1.1 307 Moved\r\nContent-Length: 0\r\nLocation: "
+        if line.startswith(b"POST /mcp "):
+            return [moved + b"/a/x\r\n\r\n"], False
+        if line.startswith(b"POST /a/x "):
+            return [moved + b"y\r\n\r\n"], False
+        return [json_answer(msg)], False
+
+    async with raw_server(script) as server, connection(server.url) as c:
+        seen = await exchange(c, modern(1, "tools/call", name="echo"))
+    assert reply_to(seen, 1)["result"] == {"echo": 1}
+    lines = [head.split(b"\r\n")[0] for head in server.heads]
+    assert lines == [b"POST /mcp HTTP/1.1", b"POST /a/x HTTP/1.1", b"POST /a/y HTTP/1.1"]

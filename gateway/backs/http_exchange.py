@@ -27,12 +27,10 @@ class HttpExchange:
         self._reader = reader
         self._session_gone = session_gone
 
-    def redirect(
-        self, msg: wire.Message, status: int, headers: dict[str, str]
-    ) -> http_wire.Redirect | None:
-        """What a redirect answer to POSTed `msg` leads to (the client's
+    def redirect(self, url: str, status: int, headers: dict[str, str]) -> http_wire.Redirect | None:
+        """What a redirect answer to a POST to `url` leads to (the client's
         rule, the one every exchange follows); None: the answer stands."""
-        return self._session.client.redirect("POST", self._session.post_url, status, headers)
+        return self._session.client.redirect("POST", url, status, headers)
 
     def settle(
         self,

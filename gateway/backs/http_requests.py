@@ -73,9 +73,9 @@ class HttpRequests:
         # Which request's response stream each queued notification came on,
         # by message identity (the connection hands them over per batch).
         self.origins: dict[int, wire.RequestId] = {}
-        # The connections of each URL the session POSTs to (the upstream's,
-        # an HTTP+SSE endpoint, a redirect's target).
-        self._pools: dict[str, OriginPool] = {}
+        # Each URL the session POSTs to (the upstream's, an HTTP+SSE endpoint,
+        # a redirect's target), parsed once, and its origin's connections.
+        self._targets: dict[str, tuple[Target, OriginPool]] = {}
 
     @property
     def ended(self) -> str | None:
@@ -97,19 +97,21 @@ class HttpRequests:
         session = self._session
         msg = call.msg
         body = orjson.dumps(msg)
+        where = url or session.post_url
         try:
-            where = url or session.post_url
-            pool = self._pools.get(where)
-            if pool is None:
-                pool = self._pools[where] = session.client.pool(Target.of(where))
+            aimed = self._targets.get(where)
+            if aimed is None:
+                target = Target.of(where)
+                aimed = self._targets[where] = (target, session.client.pool(target))
             data = session.post_bytes(msg, body) if url is None else None
             if data is None:  # not the session's cached head: judged header by header
-                data = request_bytes("POST", Target.of(where), session.headers(msg), body)
+                data = request_bytes("POST", aimed[0], session.headers(msg), body)
         except HttpClientError as exc:
             call.failed(describe(exc))
             return
         # What headers() sends: a 404 then means our session is gone.
-        call.aim(data, pool, session.session_id is not None and session.sse_endpoint is None)
+        sent_session = session.session_id is not None and session.sse_endpoint is None
+        call.aim(where, data, aimed[1], sent_session)
         self.dispatch(call)
 
     def dispatch(self, call: SentCall) -> None:

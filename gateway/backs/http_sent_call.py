@@ -62,6 +62,7 @@ class SentCall:
         "sent_session",
         "settled",
         "streamed",
+        "url",
     )
 
     def __init__(
@@ -78,6 +79,7 @@ class SentCall:
         self.settled = settled
         self.generation = generation  # the tools' headers it was first sent under
         self.data = b""
+        self.url = ""  # where it is written to (a redirect's next hop resolves against it)
         self.pool: OriginPool | None = None
         self.sent_session = False
         self.connection: HttpConnection | None = None
@@ -88,10 +90,10 @@ class SentCall:
         self.scope: anyio.CancelScope | None = None  # while a task takes a step of it
         self.streamed: Callable[[], None] | None = None
 
-    def aim(self, data: bytes, pool: OriginPool, sent_session: bool) -> None:
+    def aim(self, url: str, data: bytes, pool: OriginPool, sent_session: bool) -> None:
         """What to write, where, next (the first time, after a redirect, a
         refresh or a fallback)."""
-        self.data, self.pool, self.sent_session = data, pool, sent_session
+        self.url, self.data, self.pool, self.sent_session = url, data, pool, sent_session
         self.connection, self.hop = None, None
 
     def abort(self) -> None:
@@ -111,7 +113,7 @@ class SentCall:
     def body_for(self, status: int, headers: dict[str, str]) -> EventSink | BodyChoice:
         if not self._live():
             return WHOLE
-        hop = self._owner.exchange.redirect(self.msg, status, headers)
+        hop = self._owner.exchange.redirect(self.url, status, headers)
         if hop is not None:
             self.hop = hop  # its body is read whole and dropped, then it is sent there
             return WHOLE
