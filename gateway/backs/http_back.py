@@ -35,9 +35,7 @@ from anyio.abc import TaskGroup
 
 from gateway import wire
 from gateway.backs import http_requests, http_wire
-from gateway.backs.http_client import (
-    HttpClient,
-)
+from gateway.backs.http_client import HttpClient
 from gateway.backs.http_exchange import HttpExchange
 from gateway.backs.http_failures import describe
 from gateway.backs.http_requests import HttpRequests

@@ -77,13 +77,6 @@ class BodyFeed:
         finally:
             self.close()
 
-    def drain(self) -> list[bytes]:
-        """What came so far, taken out (a sink reads on in the callbacks)."""
-        chunks = list(self._chunks)
-        self._chunks.clear()
-        self._size = 0
-        return chunks
-
     def close(self) -> None:
         """The reader is done. Left before the end, the answer's rest is
         unread, so the connection cannot serve another request."""

@@ -314,11 +314,9 @@ class HttpClient:
             hop = self.redirect(method, url, status, response_headers)
             if hop is None:
                 break
-            try:  # read the redirect's body, so its connection serves the next hop
-                async for _ in feed.chunks(timeout.read):
-                    pass
-            except HttpClientError:
-                pass
+            # A redirect's body is not read: whole already, its connection went
+            # back to the pool; else it is closed, not waited on.
+            feed.close()
             if hop.url is None:
                 raise HttpClientError(hop.refused or "redirect refused")
             url = hop.url
@@ -340,8 +338,6 @@ class HttpClient:
         timeout: Timeout,
     ) -> tuple[int, dict[str, str], BodyFeed]:
         """One request, up to its answer's head."""
-        if not _on_asyncio():
-            raise HttpClientError("the HTTP back runs on asyncio only")
         target = Target.of(url)
         data = request_bytes(method, target, headers, content)
         pool = self.pool(target)
@@ -367,11 +363,3 @@ class HttpClient:
                 raise outcome
             assert isinstance(outcome, tuple)
             return outcome
-
-
-def _on_asyncio() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # trio
-        return False
-    return True

@@ -311,32 +311,12 @@ class HttpConnection(asyncio.BufferedProtocol):
             return
         if not self._answered and self.reused:
             call.retry()
-        elif self._mode == _HEADED:
-            self._choose(call)  # the head came, and then the end
-            self._finish_at_close(call, cut)
         elif self._mode == _BUFFER and unframed:
             call.answered(self._status, self._headers, b"".join(self._chunks), self._size)
         elif self._mode in (_BUFFER, _OVER):
             call.failed("the upstream closed the connection mid-body")
         else:
             call.failed(describe(exc) if exc is not None else "EndOfStream")
-
-    def _finish_at_close(self, call: Exchange, cut: str | None) -> None:
-        """A body chosen for at the close: what it came to."""
-        if self._mode == _STREAM and self._feed is not None:
-            self._feed.end(cut)
-            self._feed = None
-        elif self._mode == _EVENTS and self._sink is not None:
-            sink, self._sink = self._sink, None
-            for chunk in self._chunks:
-                sink.feed(chunk)
-            sink.end(cut)
-        elif self._mode == _OVER:
-            call.answered(self._status, self._headers, None, self._size)
-        elif cut is None:
-            call.answered(self._status, self._headers, b"".join(self._chunks), self._size)
-        else:
-            call.failed(cut)
 
     def _chunked(self) -> bool:
         return "chunked" in self._headers.get("transfer-encoding", "").lower()

@@ -114,7 +114,7 @@ class HttpSession:
             lines = [head]
             for name, value in extra.items():
                 if name in self._base or not header_fits(name, value):
-                    return None  # overrides a configured header: the awaiting form judges
+                    return None  # overrides a configured header: built header by header
                 lines.append(f"{name}: {value}\r\n")
             head = "".join(lines)
         return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
@@ -125,7 +125,7 @@ class HttpSession:
         try:
             return Target.of(self.url).head("POST", self.headers({}))
         except HttpClientError:
-            return None  # the awaiting form says what is wrong with it
+            return None  # built header by header, which says what is wrong
 
     def stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
         """A GET for an event stream: the session's headers, no body type."""
