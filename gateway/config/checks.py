@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from gateway import era
 from gateway.config import keys
@@ -57,21 +56,13 @@ def _check_upstream_url(url: str) -> None:
 def _check_redirect_origins(cfg: Config) -> None:
     """Each an http(s) origin, as a redirect's target is compared with."""
     for origin in cfg.upstream_redirect_origins:
-        parts = urlsplit(origin)
-        if (
-            parts.scheme not in ("http", "https")
-            or not parts.hostname
-            or parts.path not in ("", "/")
-        ):
-            raise ConfigError(
-                f"[upstream] redirect_origins: {origin!r} is not http(s)://host[:port]",
-                settings=("upstream_redirect_origins",),
-            )
         try:
-            parts.port  # noqa: B018 - urllib reads the port only when asked
-        except ValueError as exc:
+            scheme = authority.parse_origin(origin).scheme
+            if scheme not in ("http", "https"):
+                raise authority.BadAuthority("not http or https")
+        except authority.BadAuthority as exc:
             raise ConfigError(
-                f"[upstream] redirect_origins: {origin!r} has a bad port: {exc}",
+                f"[upstream] redirect_origins: {origin!r} is not http(s)://host[:port]: {exc}",
                 settings=("upstream_redirect_origins",),
             ) from None
 
