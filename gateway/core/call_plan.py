@@ -1,10 +1,11 @@
 """How a routed client request travels upstream: which session lease it
-holds, how its progress token is mapped, and whether it can go out at once
-(DESIGN §5.1.6, 2026-07-28 "Progress").
+holds, how its progress token is mapped, whether it can go out at once
+(DESIGN §5.1.6, 2026-07-28 "Progress"), and what comes after its reply.
 
-The runtime (runtime/client_calls.py) sends a request the moment nothing in
-its `Plan` has to wait; otherwise a task does the waiting. Either way the
-plan is the same, made here once.
+The runtime (runtime/client_calls.py) takes one path for every request: it
+sends the moment nothing in its `Plan` has to wait, and a task takes over
+only at a step that does; after the reply, `after_reply` says whether the
+call is done or takes another turn.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import enum
 from typing import Any, NamedTuple
 
 from gateway import era, wire
+from gateway.core import mrtr_shapes, task_shapes
 from gateway.core.server_requests import ClientView
 
 # Methods that wait on more than a reply: a task serves them.
@@ -112,3 +114,28 @@ def plan(
         or method in WAITING_METHODS
     )
     return Plan(lease, progress_token(params), must_wait)
+
+
+class Next(enum.Enum):
+    """What comes after an upstream reply, before it is shaped for its client."""
+
+    DONE = "done"
+    # -32022: the server moved on; learn its versions, route again, retry once
+    # (DESIGN §5.2.7).
+    REDISCOVER = "rediscover"
+    # A modern server's input_required or task for a legacy client: the
+    # legacy-input loop completes it (DESIGN §5.2.5).
+    INPUT_LOOP = "input-loop"
+
+
+def after_reply(shaped_for_legacy: bool, reply: wire.Message, retried: bool) -> Next:
+    """`shaped_for_legacy`: a legacy client's call on a modern server
+    (Shape.TO_LEGACY), the only kind whose reply can take a turn; `retried`:
+    the -32022 retry was made already (it is made once)."""
+    if not shaped_for_legacy:
+        return Next.DONE
+    if not retried and is_unsupported_version(reply):
+        return Next.REDISCOVER
+    if mrtr_shapes.reply_is_input_required(reply) or task_shapes.is_task(reply.get("result")):
+        return Next.INPUT_LOOP
+    return Next.DONE

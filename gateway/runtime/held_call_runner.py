@@ -31,7 +31,7 @@ from gateway.core.mrtr_hold import HoldTable
 from gateway.core.routing import Forward
 from gateway.core.upstream_failures import failure_reply
 from gateway.log_limit import LogLimiter
-from gateway.runtime.engine_timers import EngineTimers
+from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 
@@ -75,13 +75,13 @@ class HeldCallRunner:
         self._tg: TaskGroup | None = None
         self.entries: dict[hold.CallKey, HeldEntry] = {}
         self._keys = itertools.count(1)
-        self.timers = EngineTimers(self._timer_fired)
+        self.timers = Deadlines(self._timer_due)
         # What a principal can cause without end (a full share): once a minute.
         self._limited_log = LogLimiter(log)
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
-        tg.start_soon(self.timers.run, tg)
+        tg.start_soon(self.timers.run)
 
     # -- carrying out the table's commands -------------------------------------------
     async def step(self, entry: HeldEntry | None, event: Event) -> wire.Message | None:
@@ -135,6 +135,12 @@ class HeldCallRunner:
         else:
             raise TypeError(f"not a command of the hold machine: {cmd!r}")
         return None
+
+    def _timer_due(self, timer: Hashable) -> None:
+        # A firing may wait on I/O, and timers due together must not wait
+        # for each other: each gets a task.
+        assert self._tg is not None
+        self._tg.start_soon(self._timer_fired, timer)
 
     async def _timer_fired(self, timer: Hashable) -> None:
         assert isinstance(timer, Timer)

@@ -109,7 +109,7 @@ class UpstreamSupervisor:
         assert self.tg is not None
         self.tg.start_soon(process.run_background)
         self.tg.start_soon(self._supervise, session, process)
-        self.tg.start_soon(session.run_sweeper, sweep_interval(self.config.request_timeout))
+        self.tg.start_soon(session.run_deadlines)
         return session
 
     async def _supervise(self, session: UpstreamSession, process: ServerConnection) -> None:
@@ -164,9 +164,3 @@ class UpstreamSupervisor:
     def uncork(self) -> None:
         for process in list(self.processes.values()):
             process.uncork()
-
-
-def sweep_interval(request_timeout: float) -> float:
-    # Timeouts of fast-path calls are checked this often: fine enough for a
-    # bound measured in seconds, cheap enough to ignore.
-    return min(1.0, max(request_timeout / 10, 0.05))
