@@ -14,19 +14,20 @@ the same steps.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
-from gateway import era, wire
-from gateway.client_link import CURRENT_REQUEST, ClientLink
+from gateway import wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import call_plan, legacy_tasks, routing, task_shapes
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply
+from gateway.runtime.client_call import ClientCall, Step
 from gateway.runtime.held_calls import MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
@@ -47,128 +48,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("gateway")
 
-Step = Coroutine[Any, Any, "Step | None"]
 Serve = Callable[[], Awaitable[wire.Message | None]]
-
-
-class ClientCall:
-    """One client request on its one path. Synchronous steps run at once; a
-    step that waits runs in a task of the link's group (`Step`: it returns
-    the next step that waits, or None). Its reply reaches `replied` from the
-    upstream reader when it was sent at once."""
-
-    __slots__ = (
-        "_ended",
-        "_releases",
-        "_scope",
-        "_upstream",
-        "decision",
-        "legacy",
-        "link",
-        "msg",
-        "msg_id",
-        "retried",
-        "routed_for",
-        "tg",
-        "traced",
-    )
-
-    def __init__(
-        self,
-        link: ClientLink,
-        msg: wire.Message,
-        tg: anyio.abc.TaskGroup,
-        traced: RequestSpan | None,
-    ) -> None:
-        self.link = link
-        self.msg = msg
-        self.msg_id: wire.RequestId = msg["id"]
-        self.tg = tg
-        self.traced = traced
-        self.legacy = _meets_legacy_side(link, msg)
-        self.decision: routing.Forward | None = None
-        # The server era the decision was made for.
-        self.routed_for: era.Era | None = None
-        self.retried = False
-        # What the call holds until it ends (a lease share, a progress route).
-        self._releases: list[Callable[[], object]] = []
-        self._ended = False
-        # While a task runs for it: the task's scope. While its request is
-        # upstream without one: the session and the upstream id.
-        self._scope: anyio.CancelScope | None = None
-        self._upstream: tuple[UpstreamSession, int] | None = None
-
-    def holds(self, release: Callable[[], object]) -> None:
-        self._releases.append(release)
-
-    def release(self) -> None:
-        releases, self._releases = self._releases, []
-        for release in releases:
-            release()
-
-    def end(self) -> None:
-        self._ended = True
-        self._upstream = None
-        self.release()
-        self.link.call_ended(self.msg_id)
-
-    def answer_now(self, reply: wire.Message) -> None:
-        self.end()
-        try:
-            self.link.send_nowait(reply)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("client went away before its answer", id=self.msg_id)
-
-    def sent(self, session: UpstreamSession, upstream_id: int) -> None:
-        if not self._ended:  # else its reply came as it was sent
-            self._upstream = (session, upstream_id)
-
-    def got_reply(self) -> None:
-        self._upstream = None
-        self.release()
-
-    def cancel(self) -> None:
-        """InflightCall: the client gave up on the request."""
-        if self._scope is not None:
-            self._scope.cancel()  # the task ends the call as it unwinds
-            return
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            session, upstream_id = upstream
-            session.abandon_call(upstream_id, "cancelled by the client")
-        self.end()
-
-    def wait_in_task(self, step: Step) -> None:
-        """Go on in a task: `step` waits."""
-        self._scope = anyio.CancelScope()
-        self.tg.start_soon(self._run, step)
-
-    async def _run(self, step: Step | None) -> None:
-        CURRENT_REQUEST.set(self.msg_id)
-        scope = self._scope
-        assert scope is not None
-        handed_on = False
-        try:
-            with scope:
-                while step is not None:  # each step returns the next one that waits
-                    step = await step
-                handed_on = True
-            if scope.cancelled_caught:
-                log.debug("request cancelled by the client", id=self.msg_id)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("client went away before its answer", id=self.msg_id)
-        finally:
-            if self._scope is scope:
-                self._scope = None
-            if scope.cancel_called or not handed_on or self._upstream is None:
-                # Answered, failed or cancelled here (a cancellation that came
-                # before a step could wait included): nothing goes on upstream.
-                self.cancel()
-
-    async def answer(self, reply: wire.Message | None) -> None:
-        """From a task: the answer, sent with backpressure."""
-        if reply is not None:
-            await self.link.send(reply)
 
 
 class ClientCalls:
@@ -230,11 +110,11 @@ class ClientCalls:
             profile = self.pool.profile_for(call.legacy)
             assert profile is not None  # ready() returned: the era is settled
         except UpstreamUnauthorized as exc:
-            await call.answer(failure_reply(exc, call.msg_id))
+            await call.link.send(failure_reply(exc, call.msg_id))
             return None
         except (UpstreamUnavailable, TimeoutError) as exc:
             why = str(exc) if isinstance(exc, UpstreamUnavailable) else self.pool.timeout_reason()
-            await call.answer(
+            await call.link.send(
                 wire.gateway_error(
                     call.msg_id,
                     wire.INTERNAL_ERROR,
@@ -273,14 +153,14 @@ class ClientCalls:
                 # request waited: route it afresh for the server it will meet.
                 redo = self._route(call, session.profile)
                 if isinstance(redo, routing.Reply):
-                    await call.answer(redo.message)
+                    await call.link.send(redo.message)
                     return None
                 call.decision = decision = redo
                 session = await self.pool.session_for(
                     link.principal, decision.client_capabilities, call.legacy
                 )
         except (UpstreamError, TimeoutError) as exc:
-            await call.answer(failure_reply(exc, call.msg_id))
+            await call.link.send(failure_reply(exc, call.msg_id))
             return None
         return self._on_session(call, session)
 
@@ -320,7 +200,9 @@ class ClientCalls:
 
         def replied(reply: wire.Message) -> None:
             call.got_reply()
-            self._replied(call, session, reply)
+            step = self._replied(call, session, reply)
+            if step is not None:
+                call.wait_in_task(step)
 
         try:
             upstream_id = start(
@@ -341,14 +223,16 @@ class ClientCalls:
         call.sent(session, upstream_id)
         return None
 
-    def _replied(self, call: ClientCall, session: UpstreamSession, reply: wire.Message) -> None:
+    def _replied(
+        self, call: ClientCall, session: UpstreamSession, reply: wire.Message
+    ) -> Step | None:
         decision = call.decision
         assert decision is not None
         turn = call_plan.after_reply(decision.shape is routing.Shape.TO_LEGACY, reply, call.retried)
         if turn is call_plan.Next.DONE:
             call.answer_now(self.on_session.shape(decision, reply, call.msg_id, session))
-        else:
-            call.wait_in_task(self._take_turn(call, session, reply, turn))
+            return None
+        return self._take_turn(call, session, reply, turn)
 
     async def _forward_waiting(self, call: ClientCall, session: UpstreamSession) -> Step | None:
         """A call whose sending waits (the session lease, a log level to set
@@ -358,11 +242,11 @@ class ClientCalls:
         try:
             reply = await self.on_session.leased_forward(call.link, decision, session, call.msg_id)
         except (UpstreamError, TimeoutError) as exc:
-            await call.answer(failure_reply(exc, call.msg_id))
+            await call.link.send(failure_reply(exc, call.msg_id))
             return None
         turn = call_plan.after_reply(decision.shape is routing.Shape.TO_LEGACY, reply, call.retried)
         if turn is call_plan.Next.DONE:
-            await call.answer(self.on_session.shape(decision, reply, call.msg_id, session))
+            await call.link.send(self.on_session.shape(decision, reply, call.msg_id, session))
             return None
         return self._take_turn(call, session, reply, turn)
 
@@ -386,7 +270,7 @@ class ClientCalls:
                 profile = await self.pool.rediscover(link.principal)
                 redo = self._route(call, profile)
                 if isinstance(redo, routing.Reply):
-                    await call.answer(redo.message)
+                    await call.link.send(redo.message)
                     return None
                 call.decision = decision = redo
                 reply = await self.on_session.leased_forward(link, decision, session, msg_id)
@@ -396,9 +280,9 @@ class ClientCalls:
             if turn is call_plan.Next.INPUT_LOOP:
                 reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
         except (UpstreamError, TimeoutError) as exc:
-            await call.answer(failure_reply(exc, msg_id))
+            await call.link.send(failure_reply(exc, msg_id))
             return None
-        await call.answer(self.on_session.shape(decision, reply, msg_id, session))
+        await call.link.send(self.on_session.shape(decision, reply, msg_id, session))
         return None
 
     async def _serve(self, call: ClientCall, serve: Serve) -> Step | None:
@@ -406,7 +290,8 @@ class ClientCalls:
             reply = await serve()
         except (UpstreamError, TimeoutError) as exc:
             reply = failure_reply(exc, call.msg_id)
-        await call.answer(reply)
+        if reply is not None:
+            await call.link.send(reply)
         return None
 
     # -- the choices ----------------------------------------------------------------
@@ -493,11 +378,3 @@ class ClientCalls:
             )
         await listen.change(session, uri, add)
         return wire.result_response(msg["id"], {})
-
-
-def _meets_legacy_side(link: ClientLink, msg: wire.Message) -> bool:
-    """Whether the request is a legacy client's, which a dual-era server
-    serves on its legacy side (DESIGN §5.3): a request with modern `_meta` is
-    served modern, whatever came before on the link."""
-    legacy = link.session is not None or msg["method"] == "initialize"
-    return legacy and not era.is_modern(msg)
