@@ -51,7 +51,7 @@ def _nothing() -> None:
 @dataclass(eq=False, slots=True)
 class ClientLink:
     """`send` waits for room (backpressure); `send_nowait` queues at once and is
-    what replies on the fast path use; `cork`/`uncork` batch writes."""
+    what replies from a callback use; `cork`/`uncork` batch writes."""
 
     send: Callable[[wire.Message], Awaitable[None]]
     send_nowait: Callable[[wire.Message], None]

@@ -18,7 +18,7 @@ import pytest
 import structlog
 
 from gateway.config import Config
-from gateway.runtime.held_calls import MrtrBridge
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.service import GatewayService
 from tests.test_http_front import _children, call, free_port, modern_headers
 from tests.test_stdio_e2e import FLAKY, NOTES, gateway, wait_gone

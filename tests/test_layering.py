@@ -55,8 +55,8 @@ PROTOCOL_LAYERS = ["wire.py", "era.py", "translate.py", "inbound.py", "core"]
 # that; a word not listed here is a new leak and fails).
 PROTOCOL_WORDS_YET_USED = {
     # The re-run states (replay mode, the -32042 re-send) still live in the
-    # runtime's held calls: a warning names the requestState key to set.
-    "runtime/held_calls.py": {"requestState"},
+    # runtime's MRTR bridge: a warning names the requestState key to set.
+    "runtime/mrtr_bridge.py": {"requestState"},
     # Prose for a person (the demo's explanation), not a rule.
     "demo.py": {"resultType"},
 }

@@ -28,7 +28,7 @@ from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.client_call import ClientCall, Step
-from gateway.runtime.held_calls import MrtrBridge
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens

@@ -5,7 +5,7 @@ what was waited for into the machine's next events (DESIGN §5.1.6-5.1.7).
 Taking the session and running the upstream call are the runner's; so is
 waiting for the call's outcome (its input requests, its end, or its
 OutcomeDue timer), after which the machine decides what the client hears.
-runtime/held_calls.py decides which calls come here and opens their retries.
+runtime/mrtr_bridge.py decides which calls come here and opens their retries.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 from gateway import wire
 from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
-from gateway.core import mrtr_bridge as core
+from gateway.core import held_call
 from gateway.core import mrtr_hold_events as hold
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold import HoldTable
@@ -47,7 +47,7 @@ class HeldEntry:
     """What the runtime keeps for one bridged call (its state is the table's)."""
 
     key: hold.CallKey
-    call: core.HeldCall
+    call: held_call.HeldCall
     link: ClientLink
     decision: Forward
     session: UpstreamSession
@@ -173,7 +173,7 @@ class HeldCallRunner:
     async def run(
         self,
         msg_id: wire.RequestId,
-        call: core.HeldCall,
+        call: held_call.HeldCall,
         link: ClientLink,
         decision: Forward,
         session: UpstreamSession,

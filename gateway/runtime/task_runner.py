@@ -6,7 +6,7 @@ tool of a legacy server waits `[tasks] after` seconds as for any call; if
 the call has not ended by then it gets a task handle (`resultType: "task"`)
 and the call goes on here, in a task group of the gateway's own rather than
 the client's request. Each round of the call runs through the MRTR bridge
-(runtime/held_calls.py), so a legacy server's sampling, elicitation or
+(runtime/mrtr_bridge.py), so a legacy server's sampling, elicitation or
 roots request during the task parks the call exactly as for a waiting
 client: the task shows `input_required` with the bridge's input requests,
 and `tasks/update` brings the answers, which continue it with the sealed
@@ -32,7 +32,7 @@ from gateway.core.routing import Forward
 from gateway.core.task_book import TaskBook, TaskRecord
 from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.held_call_runner import now_ms
-from gateway.runtime.held_calls import MrtrBridge
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.share_log import log_refusal

@@ -28,9 +28,8 @@ from anyio.abc import TaskGroup
 from gateway import era, wire
 from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
-from gateway.core import mrtr_bridge as core
+from gateway.core import held_call, mrtr_shapes
 from gateway.core import mrtr_hold_events as hold
-from gateway.core import mrtr_shapes
 from gateway.core.mrtr_hold import HoldTable
 from gateway.core.mrtr_parking import HoldSettings
 from gateway.core.request_state import Sealer, params_digest
@@ -172,8 +171,8 @@ class MrtrBridge:
         decision: Forward,
         replay: dict[str, Any] | None = None,
         replay_round: int = 0,
-    ) -> core.HeldCall:
-        return core.HeldCall(
+    ) -> held_call.HeldCall:
+        return held_call.HeldCall(
             handle=None if replay is not None else secrets.token_urlsafe(12),
             principal=link.principal,
             method=decision.method,
