@@ -28,10 +28,10 @@ from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.client_call import ClientCall, Step
-from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.task_runner import TaskRunner
