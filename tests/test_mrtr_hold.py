@@ -1062,7 +1062,7 @@ class Driver:
         elif isinstance(cmd, CancelTimer):
             self.timers.discard(cmd.timer)
 
-    def step(self, data: Any) -> None:
+    def step(self, data: Any) -> None:  # noqa: PLR0912 - the rule machine's choice of step
         choices = ["retry"] if self.state else []
         if self.acquiring is not None:
             choices += ["acquired", "gone"] + (["busy"] if self.gave_up else [])

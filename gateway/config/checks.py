@@ -97,7 +97,7 @@ def normalize_listen(value: str) -> str:
     return f"{host}:{parsed.port}"
 
 
-def check(cfg: Config) -> None:
+def check(cfg: Config) -> None:  # noqa: PLR0912 - one check per setting, in the order a reader meets them
     """ConfigError naming the first setting the gateway cannot run with."""
     if cfg.upstream_era not in ("auto", "modern", "legacy"):
         raise ConfigError(

@@ -265,7 +265,7 @@ def mismatch(msg_id: wire.RequestId | None, why: str) -> wire.Message:
     return wire.error_response(msg_id, wire.HEADER_MISMATCH, f"Header mismatch: {why}")
 
 
-def check_modern_headers(
+def check_modern_headers(  # noqa: PLR0911 - each header's check answers on its own
     headers: Mapping[str, str],
     msg: wire.Message,
     tool_params: tuple[HeaderParam, ...] | None = None,

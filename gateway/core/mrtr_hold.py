@@ -83,7 +83,7 @@ class HoldTable:
         return self.book.shares
 
     # -- events -----------------------------------------------------------------
-    def handle(self, event: Event) -> list[Command]:
+    def handle(self, event: Event) -> list[Command]:  # noqa: PLR0911 - the dispatch on the event's type
         # Dispatch on the event's type; each handler returns the commands in order.
         if isinstance(event, TimerFired):
             return self._timer_fired(event)
