@@ -13,10 +13,11 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway import wire
-from gateway.core import call_plan
-from gateway.core.call_plan import Next
-from gateway.runtime.client_call import ClientCall
+from gateway import era, wire
+from gateway.core import call_plan, task_shapes
+from gateway.core.call_plan import Next, Served
+from gateway.core.routing import Forward, Shape
+from gateway.runtime.client_calls import ClientCall
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamTimeout
 from tests.scripted import MODERN_META, Client, ScriptedServer, gateway, legacy_server
@@ -188,3 +189,64 @@ def test_what_comes_after_a_reply(
     shaped_for_legacy: bool, reply: wire.Message, retried: bool, turn: Next
 ) -> None:
     assert call_plan.after_reply(shaped_for_legacy, reply, retried) is turn
+
+
+# -- how a routed call is served (call_plan.served_by) ---------------------------------
+
+TASKS_ON = call_plan.ServeSettings(tasks_for_legacy=True, tasks_for_modern=True)
+TASK_CAPS: dict[str, Any] = {"extensions": {task_shapes.EXTENSION: {}}}
+
+
+def forward(method: str, shape: Shape, caps: dict[str, Any] | None = None) -> Forward:
+    return Forward(method, {}, shape, era.Era.MODERN, caps or {})
+
+
+@pytest.mark.parametrize(
+    ("decision", "params", "server_caps", "served"),
+    [
+        (forward("tools/call", Shape.TO_MODERN), {}, {}, Served.FORWARD),
+        (forward("tools/list", Shape.TO_LEGACY), {}, {}, Served.FORWARD),
+        # DESIGN §5.2.6 and §5.1.9
+        (forward("resources/subscribe", Shape.TO_LEGACY), {}, {}, Served.SESSION_SUBSCRIPTION),
+        (forward("subscriptions/listen", Shape.TO_MODERN), {}, {}, Served.LISTEN),
+        # 2025-11-25 tasks for a legacy client, on a modern server's
+        (forward("tasks/get", Shape.TO_LEGACY), {}, {}, Served.LEGACY_TASK_METHOD),
+        (forward("tools/call", Shape.TO_LEGACY), {"task": {}}, TASK_CAPS, Served.LEGACY_TASK_CALL),
+        (forward("tools/call", Shape.TO_LEGACY), {"task": {}}, {}, Served.FORWARD),
+        # DESIGN §5.4: the gateway's own tasks for a modern client
+        (forward("tasks/get", Shape.TO_MODERN), {}, {}, Served.TASK_METHOD),
+        (
+            forward("tools/call", Shape.TO_MODERN, {"extensions": {task_shapes.EXTENSION: {}}}),
+            {},
+            {},
+            Served.TASK_CALL,
+        ),
+        # DESIGN §5.1.6: a client that can be asked for input, or a retry
+        (forward("tools/call", Shape.TO_MODERN, {"sampling": {}}), {}, {}, Served.MRTR),
+        (forward("tools/call", Shape.TO_MODERN), {"requestState": "s"}, {}, Served.MRTR),
+        (forward("tools/list", Shape.TO_MODERN, {"sampling": {}}), {}, {}, Served.FORWARD),
+    ],
+)
+def test_how_a_routed_call_is_served(
+    decision: Forward, params: dict[str, Any], server_caps: dict[str, Any], served: Served
+) -> None:
+    got = call_plan.served_by(decision, params, TASKS_ON, server_caps, lambda: True)
+    assert got is served
+
+
+def test_a_principal_past_its_share_of_tasks_is_served_as_any_call() -> None:
+    """DESIGN §5.4: past its share a call is answered as any call (here the
+    bridge's, its client declared sampling), and the share is asked only of
+    a call that could become a task."""
+    asked: list[bool] = []
+
+    def no_room() -> bool:
+        asked.append(True)
+        return False
+
+    caps: dict[str, Any] = {"sampling": {}, "extensions": {task_shapes.EXTENSION: {}}}
+    decision = forward("tools/call", Shape.TO_MODERN, caps)
+    assert call_plan.served_by(decision, {}, TASKS_ON, {}, no_room) is Served.MRTR
+    assert asked == [True]
+    call_plan.served_by(forward("tools/list", Shape.TO_MODERN), {}, TASKS_ON, {}, no_room)
+    assert asked == [True]

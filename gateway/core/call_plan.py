@@ -11,10 +11,12 @@ call is done or takes another turn.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gateway import era, wire
-from gateway.core import mrtr_shapes, task_shapes
+from gateway.core import legacy_tasks, mrtr_shapes, task_shapes
+from gateway.core.routing import Forward, Shape
 from gateway.core.server_requests import ClientView
 
 # Methods that wait on more than a reply: a task serves them.
@@ -114,6 +116,87 @@ def plan(
         or method in WAITING_METHODS
     )
     return Plan(lease, progress_token(params), must_wait)
+
+
+class Served(enum.Enum):
+    """How the gateway serves a routed call: forwarded as it is, or by a part
+    of its own (each of those waits, so the call goes on in a task)."""
+
+    FORWARD = "forward"
+    # A legacy client's resources/(un)subscribe on a modern server: the
+    # session's upstream listen (DESIGN §5.2.6).
+    SESSION_SUBSCRIPTION = "session-subscription"
+    # A modern client's subscriptions/listen (DESIGN §5.1.9).
+    LISTEN = "listen"
+    # A legacy client's tasks/* (2025-11-25 tasks) on a modern server's tasks.
+    LEGACY_TASK_METHOD = "legacy-task-method"
+    # A legacy client's task-augmented tools/call: answered at once with the
+    # CreateTaskResult, the call running on.
+    LEGACY_TASK_CALL = "legacy-task-call"
+    # A modern client's tasks/* of the gateway's own tasks (DESIGN §5.4).
+    TASK_METHOD = "task-method"
+    # A modern client's tools/call the gateway runs as a task of its own.
+    TASK_CALL = "task-call"
+    # A call the MRTR bridge carries (DESIGN §5.1.6).
+    MRTR = "mrtr"
+
+
+class ServeSettings(NamedTuple):
+    tasks_for_legacy: bool
+    tasks_for_modern: bool
+
+
+def served_by(
+    decision: Forward,
+    params: dict[str, Any] | None,
+    settings: ServeSettings,
+    server_capabilities: dict[str, Any] | None,
+    task_room: Callable[[], bool],
+) -> Served:
+    """`params`: the client's own (a retry's requestState, a task request);
+    `server_capabilities`: the session's server's; `task_room`: whether the
+    client's principal may start one more of the gateway's tasks, asked only
+    of a call that could be one (past its share, the call is answered as any
+    call: it waits for its own calls, not others' tasks)."""
+    method = decision.method
+    if decision.shape is Shape.TO_LEGACY:
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            return Served.SESSION_SUBSCRIPTION
+        if method in legacy_tasks.METHODS:
+            return Served.LEGACY_TASK_METHOD
+        if (
+            method == "tools/call"
+            and settings.tasks_for_legacy
+            and legacy_tasks.wants_task(params)
+            and server_capabilities is not None
+            and task_shapes.offered_by(server_capabilities)
+        ):
+            return Served.LEGACY_TASK_CALL
+        return Served.FORWARD
+    if decision.shape is not Shape.TO_MODERN:
+        return Served.FORWARD
+    if method == "subscriptions/listen":
+        return Served.LISTEN
+    if method in task_shapes.TASK_METHODS:
+        return Served.TASK_METHOD
+    if (
+        method == "tools/call"
+        and settings.tasks_for_modern
+        and task_shapes.offered_by(decision.client_capabilities)
+        and task_room()
+    ):
+        return Served.TASK_CALL
+    return Served.MRTR if bridged(decision, params) else Served.FORWARD
+
+
+def bridged(decision: Forward, params: dict[str, Any] | None) -> bool:
+    """A modern client's call the MRTR bridge carries: an MRTR method from a
+    client that can be asked for input, or a retry (it carries requestState)."""
+    if decision.method not in era.MRTR_METHODS:
+        return False
+    return mrtr_shapes.is_retry(params or {}) or bool(
+        era.CLIENT_FEATURES & decision.client_capabilities.keys()
+    )
 
 
 class Next(enum.Enum):

@@ -1,33 +1,27 @@
-"""A client's request on its way upstream and its answer on the way back,
-on one path.
-
-The core routes the request (core/routing.py), plans how it travels and
-says what comes after its reply (core/call_plan.py). The steps run at once
-as far as nothing waits: a request whose plan waits for nothing goes out
-from the front's own read, and the upstream reader hands the reply back
-through a callback — no task, the speed of a bare relay. A task in the
-client link's group takes over at the first step that waits (start-up, a
-new session, the session lease, a log level to set first, the MRTR bridge,
-a listen, a turn after the reply), every wait bounded; from there it runs
-the same steps.
+"""A client's request on its one path upstream and back (DESIGN §3, "One
+path per call"). The core routes it, plans it, says how it is served and
+what comes after its reply (core/routing.py, core/call_plan.py). The steps
+run at once as far as nothing waits — a plain call goes out from the front's
+read and is answered from the upstream reader's callback, with no task — and
+a task of the client link's group runs them from the first step that waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 
-from gateway import wire
-from gateway.client_link import ClientLink
+from gateway import era, wire
+from gateway.client_link import CURRENT_REQUEST, ClientLink
 from gateway.config import Config
-from gateway.core import call_plan, legacy_tasks, routing, task_shapes
-from gateway.core.call_plan import Lease
+from gateway.core import call_plan, routing
+from gateway.core.call_plan import Lease, Served
 from gateway.core.profile import UpstreamProfile
-from gateway.core.upstream_failures import failure_reply
-from gateway.runtime.client_call import ClientCall, Step
+from gateway.core.upstream_failures import failure_reply, unavailable_reply
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens
@@ -48,7 +42,124 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("gateway")
 
+# A step that waits: it returns the next step that waits, or None.
+Step = Coroutine[Any, Any, "Step | None"]
 Serve = Callable[[], Awaitable[wire.Message | None]]
+
+
+class ClientCall:
+    """One client request on its one path. Synchronous steps run at once; a
+    step that waits runs in a task of the link's group (`Step`: it returns
+    the next step that waits, or None). Its reply reaches `replied` from the
+    upstream reader when it was sent at once."""
+
+    __slots__ = (
+        "_ended",
+        "_releases",
+        "_scope",
+        "_upstream",
+        "decision",
+        "legacy",
+        "link",
+        "msg",
+        "msg_id",
+        "retried",
+        "routed_for",
+        "tg",
+        "traced",
+    )
+
+    def __init__(
+        self,
+        link: ClientLink,
+        msg: wire.Message,
+        tg: anyio.abc.TaskGroup,
+        traced: RequestSpan | None,
+    ) -> None:
+        self.link = link
+        self.msg = msg
+        self.msg_id: wire.RequestId = msg["id"]
+        self.tg = tg
+        self.traced = traced
+        self.legacy = _meets_legacy_side(link, msg)
+        self.decision: routing.Forward | None = None
+        # The server era the decision was made for.
+        self.routed_for: era.Era | None = None
+        self.retried = False
+        # What the call holds until it ends (a lease share, a progress route).
+        self._releases: list[Callable[[], object]] = []
+        self._ended = False
+        # While a task runs for it: the task's scope. While its request is
+        # upstream without one: the session and the upstream id.
+        self._scope: anyio.CancelScope | None = None
+        self._upstream: tuple[UpstreamSession, int] | None = None
+
+    def holds(self, release: Callable[[], object]) -> None:
+        self._releases.append(release)
+
+    def release(self) -> None:
+        releases, self._releases = self._releases, []
+        for release in releases:
+            release()
+
+    def end(self) -> None:
+        self._ended = True
+        self._upstream = None
+        self.release()
+        self.link.call_ended(self.msg_id)
+
+    def answer_now(self, reply: wire.Message) -> None:
+        self.end()
+        try:
+            self.link.send_nowait(reply)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("client went away before its answer", id=self.msg_id)
+
+    def sent(self, session: UpstreamSession, upstream_id: int) -> None:
+        if not self._ended:  # else its reply came as it was sent
+            self._upstream = (session, upstream_id)
+
+    def got_reply(self) -> None:
+        self._upstream = None
+        self.release()
+
+    def cancel(self) -> None:
+        """InflightCall: the client gave up on the request."""
+        if self._scope is not None:
+            self._scope.cancel()  # the task ends the call as it unwinds
+            return
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            session, upstream_id = upstream
+            session.abandon_call(upstream_id, "cancelled by the client")
+        self.end()
+
+    def wait_in_task(self, step: Step) -> None:
+        """Go on in a task: `step` waits."""
+        self._scope = anyio.CancelScope()
+        self.tg.start_soon(self._run, step)
+
+    async def _run(self, step: Step | None) -> None:
+        CURRENT_REQUEST.set(self.msg_id)
+        scope = self._scope
+        assert scope is not None
+        handed_on = False
+        try:
+            with scope:
+                while step is not None:  # each step returns the next one that waits
+                    step = await step
+                handed_on = True
+            if scope.cancelled_caught:
+                log.debug("request cancelled by the client", id=self.msg_id)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("client went away before its answer", id=self.msg_id)
+        finally:
+            if self._scope is scope:
+                self._scope = None
+            if scope.cancel_called or not handed_on or self._upstream is None:
+                # Answered, failed or cancelled here (a cancellation that came
+                # before a step could wait included): nothing goes on upstream.
+                self.cancel()
 
 
 class ClientCalls:
@@ -71,6 +182,9 @@ class ClientCalls:
         self.tasks = TaskRunner(config, self.bridge, on_session)
         self.legacy_tasks = LegacyTaskRunner(config, on_session, self.legacy_input)
         self._discover_hint = config.cache_hint("server/discover")
+        self._serve_settings = call_plan.ServeSettings(
+            config.tasks_for_legacy_clients, config.tasks_for_modern_clients
+        )
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
         self.bridge.start(tg)
@@ -94,11 +208,7 @@ class ClientCalls:
         profile = pool.profile_for(call.legacy) if pool.settled else None
         if profile is None:
             call.wait_in_task(self._until_ready(call))
-        else:
-            self._go(call, self._routed(call, profile))
-
-    def _go(self, call: ClientCall, step: Step | None) -> None:
-        if step is not None:
+        elif (step := self._routed(call, profile)) is not None:
             call.wait_in_task(step)
 
     # -- the steps, in order ------------------------------------------------------
@@ -110,18 +220,11 @@ class ClientCalls:
             profile = self.pool.profile_for(call.legacy)
             assert profile is not None  # ready() returned: the era is settled
         except UpstreamUnauthorized as exc:
-            await call.link.send(failure_reply(exc, call.msg_id))
+            call.answer_now(failure_reply(exc, call.msg_id))
             return None
         except (UpstreamUnavailable, TimeoutError) as exc:
             why = str(exc) if isinstance(exc, UpstreamUnavailable) else self.pool.timeout_reason()
-            await call.link.send(
-                wire.gateway_error(
-                    call.msg_id,
-                    wire.INTERNAL_ERROR,
-                    f"Upstream server unavailable: {why}",
-                    reason="upstream-unavailable",
-                )
-            )
+            call.answer_now(unavailable_reply(why, call.msg_id))
             return None
         return self._routed(call, profile)
 
@@ -167,21 +270,43 @@ class ClientCalls:
     def _on_session(self, call: ClientCall, session: UpstreamSession) -> Step | None:
         decision = call.decision
         assert decision is not None
-        if self._runs_as_legacy_task(call, decision, session):
-            call.answer_now(self.legacy_tasks.call(call.link, call.msg, decision, session))
+        link, msg = call.link, call.msg
+        served = call_plan.served_by(
+            decision,
+            msg.get("params"),
+            self._serve_settings,
+            None if session.profile is None else session.profile.capabilities,
+            lambda: self.tasks.has_room(link.principal),
+        )
+        if served is Served.FORWARD:
+            plan = self.on_session.plan(link, decision, session)
+            if plan.must_wait or self.on_session.needs_task(decision, session):
+                return self._forward_waiting(call, session)
+            if plan.lease is Lease.SHARED:
+                lease = session.lease
+                taken = lease.share_now()
+                assert taken  # the plan found it free, and nothing ran since
+                call.holds(lease.release_shared)
+            return self._send(call, session, plan.progress_token)
+        if served is Served.LEGACY_TASK_CALL:
+            call.answer_now(self.legacy_tasks.call(link, msg, decision, session))
             return None
-        serve = self._served_otherwise(call, decision, session)
-        if serve is not None:
-            return self._serve(call, serve)
-        plan = self.on_session.plan(call.link, decision, session)
-        if plan.must_wait or self.on_session.needs_task(decision, session):
-            return self._forward_waiting(call, session)
-        if plan.lease is Lease.SHARED:
-            lease = session.lease
-            taken = lease.share_now()
-            assert taken  # the plan found it free, and nothing ran since
-            call.holds(lease.release_shared)
-        return self._send(call, session, plan.progress_token)
+        serve: Serve
+        if served is Served.SESSION_SUBSCRIPTION:
+            serve = partial(
+                self.session_listen(link).subscription_call, session, msg, decision.params
+            )
+        elif served is Served.LISTEN:
+            serve = partial(self.listens.listen, link, msg, session)
+        elif served is Served.LEGACY_TASK_METHOD:
+            serve = partial(self.legacy_tasks.serve, link, msg)
+        elif served is Served.TASK_METHOD:
+            serve = partial(self.tasks.serve, link, msg)
+        elif served is Served.TASK_CALL:
+            serve = partial(self.tasks.call, link, msg, decision, session)
+        else:
+            serve = partial(self.bridge.call, link, msg, decision, session)
+        return self._serve(call, serve)
 
     def _send(
         self, call: ClientCall, session: UpstreamSession, client_token: str | int | None
@@ -242,13 +367,9 @@ class ClientCalls:
         try:
             reply = await self.on_session.leased_forward(call.link, decision, session, call.msg_id)
         except (UpstreamError, TimeoutError) as exc:
-            await call.link.send(failure_reply(exc, call.msg_id))
+            call.answer_now(failure_reply(exc, call.msg_id))
             return None
-        turn = call_plan.after_reply(decision.shape is routing.Shape.TO_LEGACY, reply, call.retried)
-        if turn is call_plan.Next.DONE:
-            await call.link.send(self.on_session.shape(decision, reply, call.msg_id, session))
-            return None
-        return self._take_turn(call, session, reply, turn)
+        return self._replied(call, session, reply)
 
     async def _take_turn(
         self,
@@ -318,63 +439,10 @@ class ClientCalls:
             )
         return decision
 
-    def _served_otherwise(
-        self, call: ClientCall, decision: routing.Forward, session: UpstreamSession
-    ) -> Serve | None:
-        """How the gateway serves a call other than by forwarding it as it
-        is, or None for a plain forward (each of these waits)."""
-        link, msg = call.link, call.msg
-        to_modern = decision.shape is routing.Shape.TO_MODERN
-        to_legacy = decision.shape is routing.Shape.TO_LEGACY
-        method = decision.method
-        if to_legacy and method in ("resources/subscribe", "resources/unsubscribe"):
-            return lambda: self._change_subscription(link, msg, decision, session)
-        if to_modern and method == "subscriptions/listen":
-            return lambda: self.listens.listen(link, msg, session)
-        if to_legacy and method in legacy_tasks.METHODS:
-            return lambda: self.legacy_tasks.serve(link, msg)
-        if to_modern and method in task_shapes.TASK_METHODS:
-            return lambda: self.tasks.serve(link, msg)
-        if to_modern and self.tasks.takes(link, decision, msg):
-            return lambda: self.tasks.call(link, msg, decision, session)
-        if to_modern and MrtrBridge.takes(decision, msg):
-            return lambda: self.bridge.call(link, msg, decision, session)
-        return None
 
-    def _runs_as_legacy_task(
-        self, call: ClientCall, decision: routing.Forward, session: UpstreamSession
-    ) -> bool:
-        """A legacy client's tools/call asking to run as a 2025-11-25 task,
-        which the gateway runs on a modern server's tasks."""
-        return (
-            decision.shape is routing.Shape.TO_LEGACY
-            and decision.method == "tools/call"
-            and legacy_tasks.wants_task(call.msg.get("params"))
-            and self.config.tasks_for_legacy_clients
-            and session.profile is not None
-            and task_shapes.offered_by(session.profile.capabilities)
-        )
-
-    async def _change_subscription(
-        self,
-        link: ClientLink,
-        msg: wire.Message,
-        decision: routing.Forward,
-        session: UpstreamSession,
-    ) -> wire.Message:
-        """DESIGN §5.2.6: a legacy client's subscription, served by the
-        session's upstream listen."""
-        uri = (decision.params or {}).get("uri")
-        listen, add = self.session_listen(link), decision.method == "resources/subscribe"
-        limit = self.config.max_listen_uris
-        if add and uri not in listen.uris and len(listen.uris) >= limit:
-            # Each one more widens the session's upstream listen filter.
-            return wire.gateway_error(
-                msg["id"],
-                wire.INTERNAL_ERROR,
-                f"Too many resource subscriptions on this session "
-                f"(at most {limit}, [upstream] max_listen_uris)",
-                reason="subscription-limit",
-            )
-        await listen.change(session, uri, add)
-        return wire.result_response(msg["id"], {})
+def _meets_legacy_side(link: ClientLink, msg: wire.Message) -> bool:
+    """Whether the request is a legacy client's, which a dual-era server
+    serves on its legacy side (DESIGN §5.3): a request with modern `_meta` is
+    served modern, whatever came before on the link."""
+    legacy = link.session is not None or msg["method"] == "initialize"
+    return legacy and not era.is_modern(msg)

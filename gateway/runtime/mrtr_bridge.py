@@ -25,7 +25,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from gateway import era, wire
+from gateway import wire
 from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
 from gateway.core import held_call, mrtr_shapes
@@ -114,17 +114,6 @@ class MrtrBridge:
         return self.table.rounds
 
     # -- which calls the bridge takes ------------------------------------------------
-    @staticmethod
-    def takes(decision: Forward, msg: wire.Message) -> bool:
-        """Calls of MRTR methods from a client that can be asked for input, and
-        retries (which carry requestState)."""
-        if decision.method not in era.MRTR_METHODS:
-            return False
-        params = msg.get("params") or {}
-        return mrtr_shapes.is_retry(params) or bool(
-            era.CLIENT_FEATURES & decision.client_capabilities.keys()
-        )
-
     def _replay_mode(self, decision: Forward) -> bool:
         if decision.method != "tools/call" or not self.config.replay_tools:
             return False

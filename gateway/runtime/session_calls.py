@@ -185,7 +185,11 @@ class SessionCalls:
     def needs_task(self, decision: routing.Forward, session: UpstreamSession) -> bool:
         """A modern client's call that its legacy server runs as a task of
         its own (core/legacy_task_tools.py)."""
-        if decision.method != "tools/call" or decision.shape is not routing.Shape.TO_MODERN:
+        if (
+            not self.task_tools  # learnt from tools/list: none is the rule
+            or decision.method != "tools/call"
+            or decision.shape is not routing.Shape.TO_MODERN
+        ):
             return False
         name = (decision.params or {}).get("name")
         support = self.task_tools.get(name) if isinstance(name, str) else None

@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.core import mrtr_shapes, task_shapes
+from gateway.core import call_plan, mrtr_shapes, task_shapes
 from gateway.core.routing import Forward
 from gateway.core.task_book import TaskBook, TaskRecord
 from gateway.core.upstream_failures import failure_reply
@@ -71,21 +71,9 @@ class TaskRunner:
         self._tg = tg
         tg.start_soon(self._expire)
 
-    def takes(self, link: ClientLink, decision: Forward, msg: wire.Message) -> bool:
-        """A modern client's tools/call to a legacy server, from a client that
-        declared the extension; an MRTR retry too (SEP-2663 "Task Creation":
-        the rounds before a task are resolved synchronously, and the call may
-        become a task once they are)."""
-        return (
-            self.config.tasks_for_modern_clients
-            and decision.method == "tools/call"
-            and task_shapes.offered_by(decision.client_capabilities)
-            # Else the call is answered as any call: a principal past its
-            # share of tasks waits for its own calls, not others' tasks.
-            and self._has_room(link.principal)
-        )
-
-    def _has_room(self, principal: str) -> bool:
+    def has_room(self, principal: str) -> bool:
+        """Whether `principal` may start one more of the gateway's tasks (a
+        refusal is logged, rate-limited)."""
         refusal = self.book.refusal(principal)
         if refusal is not None:
             log_refusal(refusal, "the gateway's tasks", principal, self.book.share)
@@ -149,7 +137,7 @@ class TaskRunner:
         bridge for a client that can be asked for input, else forwarded
         (holding no more of the session than any call does)."""
         ttl = self.config.tasks_ttl
-        if MrtrBridge.takes(decision, msg):
+        if call_plan.bridged(decision, msg.get("params")):
             return await self.bridge.call(link, msg, decision, session, wait_limit=ttl)
         try:
             reply = await self.on_session.leased_forward(link, decision, session, msg["id"], ttl)
