@@ -17,7 +17,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.backs import stdio_back
-from gateway.backs.stdio_back import ServerExited, StdioServerProcess
+from gateway.backs.server_output import ServerExited
+from gateway.backs.stdio_back import StdioServerProcess
 
 pytestmark = pytest.mark.anyio
 
