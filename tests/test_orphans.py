@@ -29,7 +29,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.backs import stdio_back
+from gateway.backs import process_start
 from gateway.config import Config
 from gateway.runtime import stdio_app
 from tests.flow_harness import MODERN_META, FlowClient, flow_gateway, wait_for_log
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 
 HERE = Path(__file__).parent
 ORPHANS = [sys.executable, str(HERE / "servers" / "orphan_server.py")]
-KEEPER = stdio_back.KEEPER
+KEEPER = process_start.KEEPER
 # Short, so that what ignores SIGTERM is killed well inside each test's bound.
 GRACE = 1.0
 

@@ -17,7 +17,8 @@ import pytest
 from gateway import wire
 from gateway.backs.http_back import HttpConnectionEnded
 from gateway.backs.http_failures import HttpClientError
-from gateway.backs.stdio_back import ServerExited, StdioServerProcess
+from gateway.backs.server_output import ServerExited
+from gateway.backs.stdio_back import StdioServerProcess
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core.upstream_failures import failure_reply

@@ -18,12 +18,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from structlog.testing import capture_logs
 
 from gateway import cli, wire
-from gateway.backs.stdio_back import (
-    STDERR_LINE_BYTES,
-    STDERR_TAIL_LINES,
-    ServerExited,
-    StdioServerProcess,
-)
+from gateway.backs.server_output import STDERR_LINE_BYTES, STDERR_TAIL_LINES, ServerExited
+from gateway.backs.stdio_back import StdioServerProcess
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.probe_command import run_probe

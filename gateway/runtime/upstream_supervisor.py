@@ -12,7 +12,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway import wire
-from gateway.backs.stdio_back import StdioServerProcess, stderr_summary
+from gateway.backs.server_output import stderr_summary
+from gateway.backs.stdio_back import StdioServerProcess
 from gateway.config import Config
 from gateway.core.session_choice import SessionKey
 from gateway.runtime.upstream_channel import Corker
