@@ -35,23 +35,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run as a script: `compat_matrix` is importable
-from compat_matrix.run import (  # noqa: E402
+# Run as a script: `compat_matrix` is importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from compat_matrix.cells import REPO
+from compat_matrix.environment import INSTALL_HINT, peers_dir
+from compat_matrix.processes import (
     HOST,
-    INSTALL_HINT,
-    REPO,
     RUN_TAG_VAR,
     Background,
     StartError,
     _reap_tagged,
     _start,
     _stop,
-    code_version,
-    first_line,
     free_port,
-    peers_dir,
 )
+from compat_matrix.provenance import code_version
+from compat_matrix.verdicts import first_line
+
+HERE = Path(__file__).resolve().parent
 
 HEADING = "## Popular servers through the gateway"
 RESULTS = HERE / "popular_results.json"

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from compat_matrix.environment import INSTALL_HINT, peers_dir
 from compat_matrix.popular import (
     CLIENTS,
     HEADING,
@@ -38,7 +39,6 @@ from compat_matrix.popular import (
     servers,
     write_section,
 )
-from compat_matrix.run import INSTALL_HINT, peers_dir
 
 pytestmark = pytest.mark.peers
 

@@ -19,22 +19,11 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
-    INSTALL_HINT,
-    MRTR_FEATURES,
-    Context,
-    Observation,
-    Run,
-    Via,
-    _observe,
-    find_run,
-    group_runs,
-    judge,
-    load_matrix,
-    missing_peers,
-    peers_dir,
-    run_many,
-)
+from compat_matrix.cells import MRTR_FEATURES, Via, load_matrix
+from compat_matrix.environment import INSTALL_HINT, Context, missing_peers, peers_dir
+from compat_matrix.runner import group_runs, run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import Observation, _observe, judge
 
 pytestmark = pytest.mark.peers
 

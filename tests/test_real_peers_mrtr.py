@@ -33,22 +33,11 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
-    INSTALL_HINT,
-    MRTR_FEATURES,
-    URL_REQUIRED,
-    Context,
-    Matrix,
-    Observation,
-    Peer,
-    Run,
-    find_run,
-    judge,
-    load_matrix,
-    missing_peers,
-    peers_dir,
-    run_many,
-)
+from compat_matrix.cells import MRTR_FEATURES, URL_REQUIRED, Matrix, Peer, load_matrix
+from compat_matrix.environment import INSTALL_HINT, Context, missing_peers, peers_dir
+from compat_matrix.runner import run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import Observation, judge
 
 pytestmark = pytest.mark.peers
 
