@@ -61,7 +61,7 @@ from pathlib import Path
 
 # Run as a script: `compat_matrix` is importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from compat_matrix import popular
+from compat_matrix import popular_report
 from compat_matrix.cells import CELLS_FILE, HERE, MatrixError, load_matrix
 from compat_matrix.conformance import report as conformance_report
 from compat_matrix.environment import INSTALL_HINT, Context, missing_peers
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     # The sections other runs write, from their saved results.
-    tail = "\n\n" + conformance_report.section() + "\n" + popular.section()
+    tail = "\n\n" + conformance_report.section() + "\n" + popular_report.section()
     if args.conformance_only:
         kept = args.out.read_text().split(CONFORMANCE_HEADING)[0] if args.out.exists() else ""
         args.out.write_text(kept.rstrip("\n") + tail)
