@@ -1,4 +1,4 @@
-"""The matrix data (compat_matrix/cells.toml) and how run.py judges a run, without peers.
+"""The matrix data (compat_matrix/cells.toml) and how a run is judged (verdicts.py), without peers.
 
 Issue #10: compat_matrix gains dual-era servers whose tools push their server
 requests ("dual-push"); a legacy client must get through the gateway what it

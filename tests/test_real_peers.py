@@ -5,9 +5,9 @@ SDKs: mcp 1.30.0 / 2.3.0, TS SDK 1.32.2 server-everything, TS SDK 2.4.0) with
 `python -m gateway` in between, and, for the cells the spec says fail, also
 without it, so the test proves that the gateway is what makes them work.
 
-The runs go through `compat_matrix/run.py`'s runner (hard timeout, own process
-group, every spawned process reaped) and all run once per session, two at a
-time. The peers come from `bash peers/install.sh`; when they are missing the
+The runs go through the matrix's runner, `compat_matrix/runner.py` (hard
+timeout, own process group, every spawned process reaped) and all run once
+per session, two at a time. The peers come from `bash peers/install.sh`; when they are missing the
 tests FAIL (CI installs them first), they are never skipped.
 """
 

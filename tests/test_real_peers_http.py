@@ -16,11 +16,12 @@ set runs in `python compat_matrix/run.py`):
 - stdio front -> http back (the client spawns `gateway --upstream URL`): the
   dual-era py2 client stays modern in front of py1.
 
-Everything goes through `compat_matrix/run.py`'s runner: the HTTP servers and
-gateways it starts listen on free 127.0.0.1 ports, are awaited (TCP accept, or
-the gateway's /readyz) and stopped by process group; every process is tagged
-and reaped. The peers come from `bash peers/install.sh`; when they are missing
-the tests FAIL, they are never skipped.
+Everything goes through the matrix's runner (`compat_matrix/runner.py`): the
+HTTP servers and gateways it starts listen on free 127.0.0.1 ports, are
+awaited (TCP accept, or the gateway's /readyz) and stopped by process group;
+every process is tagged and reaped. The peers come from
+`bash peers/install.sh`; when they are missing the tests FAIL, they are
+never skipped.
 """
 
 from __future__ import annotations
