@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
+from compat_matrix.environment import INSTALL_HINT, missing_peers, peers_dir
 from gateway import flow_control, wire
 from gateway.flow_control import ERROR_ALLOWANCE, QueueBounds, Verdict
 from gateway.pipes import PipeReader, PipeWriter

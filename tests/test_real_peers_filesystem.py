@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from compat_matrix.run import INSTALL_HINT, peers_dir
+from compat_matrix.environment import INSTALL_HINT, peers_dir
 from tests.test_real_peers_notifications import (
     LEGACY_V,
     Stdio,

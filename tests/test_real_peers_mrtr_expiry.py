@@ -33,7 +33,7 @@ import anyio.lowlevel
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
+from compat_matrix.environment import INSTALL_HINT, missing_peers, peers_dir
 from gateway import era, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config

@@ -34,7 +34,7 @@ import httpx
 import pytest
 from anyio.abc import Process
 
-from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
+from compat_matrix.environment import INSTALL_HINT, missing_peers, peers_dir
 
 pytestmark = [pytest.mark.peers, pytest.mark.anyio]
 
