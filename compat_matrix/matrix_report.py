@@ -50,7 +50,7 @@ def _cell_set(cells: Sequence[Cell]) -> str:
     return ", ".join(f"`{c.id}`" for c in cells)
 
 
-def render_report(
+def render_report(  # noqa: PLR0912, PLR0915 - over the budget: one long procedure still to split
     matrix: Matrix,
     observations: Sequence[Observation],
     *,

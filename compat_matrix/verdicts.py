@@ -136,7 +136,7 @@ def _input_path(steps: Sequence[dict[str, Any]]) -> str | None:
     return "; ".join(bits) or None
 
 
-def _observe(
+def _observe(  # noqa: PLR0912, PLR0915 - over the budget: one long procedure still to split
     run: Run,
     report: dict[str, Any] | None,
     *,
