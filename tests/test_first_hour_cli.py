@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_http_front import free_port
+from tests.http_gateway_process import free_port
 from tests.test_misconfiguration import assert_refused
 from tests.test_real_peers_dual import legacy_client
 

@@ -30,7 +30,7 @@ import httpx
 import pytest
 from anyio.abc import SocketStream
 
-from tests.test_http_front import FLAKY, call, free_port, modern_headers
+from tests.http_gateway_process import FLAKY, call, free_port, modern_headers
 
 pytestmark = pytest.mark.anyio
 
