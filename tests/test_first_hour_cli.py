@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.http_gateway_process import free_port
+from tests.push_peers import legacy_client
 from tests.test_misconfiguration import assert_refused
-from tests.test_real_peers_dual import legacy_client
 
 ROOT = Path(__file__).parent.parent
 GATEWAY = [sys.executable, "-m", "gateway"]
