@@ -16,7 +16,7 @@ import pytest
 
 from tests.http_gateway_process import free_port
 from tests.push_peers import legacy_client
-from tests.test_misconfiguration import assert_refused
+from tests.refused_start import assert_refused
 
 ROOT = Path(__file__).parent.parent
 GATEWAY = [sys.executable, "-m", "gateway"]

@@ -35,6 +35,7 @@ from uvicorn.server import ServerState
 from gateway import era
 from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
+from tests.fake_transport import FakeTransport
 from tests.inprocess import ACCEPT, MODERN_META, Exchange, HttpGateway, http_gateway
 from tests.test_fuzz_fronts import (
     FUZZ,
@@ -46,7 +47,6 @@ from tests.test_fuzz_fronts import (
     http_posts,
     upstream_of,
 )
-from tests.test_http_limits import FakeTransport
 
 # Headers of the server, not of the front's answer.
 _SERVER_HEADERS = {"date", "server", "content-length", "transfer-encoding", "connection"}

@@ -13,8 +13,8 @@ import pytest
 
 from gateway import era, wire
 from gateway.client_link import ClientLink
+from tests.mrtr_calls import accept, ask_name, retry, send_and_wait, start
 from tests.scripted import Client, ScriptedServer, gateway, legacy_server
-from tests.test_mrtr_bridge import accept, ask_name, retry, send_and_wait, start
 
 pytestmark = pytest.mark.anyio
 
