@@ -35,18 +35,18 @@ from uvicorn.server import ServerState
 from gateway import era
 from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
-from tests.inprocess import ACCEPT, MODERN_META, Exchange, HttpGateway, http_gateway
-from tests.test_fuzz_fronts import (
-    FUZZ,
+from tests.fake_transport import FakeTransport
+from tests.fuzz_profiles import FUZZ
+from tests.fuzz_requests import (
     OPEN_SESSION,
     PATHS,
     REPLACEMENTS,
     _set,
     check_http_response,
     http_posts,
-    upstream_of,
 )
-from tests.test_http_limits import FakeTransport
+from tests.inprocess import ACCEPT, MODERN_META, Exchange, HttpGateway, http_gateway
+from tests.well_behaved_upstreams import upstream_of
 
 # Headers of the server, not of the front's answer.
 _SERVER_HEADERS = {"date", "server", "content-length", "transfer-encoding", "connection"}

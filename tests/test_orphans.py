@@ -33,7 +33,7 @@ from gateway.backs import process_start
 from gateway.config import Config
 from gateway.runtime import stdio_app
 from tests.flow_harness import MODERN_META, FlowClient, flow_gateway, wait_for_log
-from tests.test_stdio_e2e import alive
+from tests.stdio_gateway_process import alive
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the subreaper and pidfds are Linux's"

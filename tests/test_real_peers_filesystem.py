@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 from compat_matrix.environment import INSTALL_HINT, peers_dir
-from tests.test_real_peers_notifications import (
+from tests.raw_gateway_clients import (
     LEGACY_V,
     Stdio,
     V,

@@ -20,6 +20,7 @@ from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamGone, UpstreamNotReading, UpstreamTimeout
+from tests.held_counts import NOTHING_HELD, held
 from tests.inprocess import HttpGateway, http_gateway
 from tests.scripted import MODERN_META, Client, ScriptedServer, gateway, legacy_server
 
@@ -38,31 +39,6 @@ def _is_injected(exc: BaseException) -> bool:
 
 async def echo(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "ok"}]}
-
-
-def held(service: GatewayService) -> dict[str, int]:
-    """Everything client calls hold, summed over links and upstream sessions."""
-    sessions = list(service.pool.sessions.values())
-    return {
-        "inflight": sum(len(link.inflight) for link in service.links),
-        "server_requests": sum(len(link.server_requests) for link in service.links),
-        "lease_readers": sum(s.lease.readers for s in sessions),
-        "lease_holders": sum(s.lease.holder is not None for s in sessions),
-        "lease_waiting": sum(s.lease.waiting_writers for s in sessions),
-        "pending": sum(len(s.pending) for s in sessions),
-        "progress": sum(len(s.progress) for s in sessions),
-    }
-
-
-NOTHING_HELD = {
-    "inflight": 0,
-    "server_requests": 0,
-    "lease_readers": 0,
-    "lease_holders": 0,
-    "lease_waiting": 0,
-    "pending": 0,
-    "progress": 0,
-}
 
 
 async def settle(c: Client) -> UpstreamSession:

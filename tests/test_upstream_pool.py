@@ -13,8 +13,8 @@ import pytest
 
 from gateway import era, wire
 from gateway.client_link import ClientLink
+from tests.mrtr_calls import accept, ask_name, retry, send_and_wait, start
 from tests.scripted import Client, ScriptedServer, gateway, legacy_server
-from tests.test_mrtr_bridge import accept, ask_name, retry, send_and_wait, start
 
 pytestmark = pytest.mark.anyio
 
@@ -319,9 +319,9 @@ async def test_over_http_two_token_principals_alternate_without_restarts(tmp_pat
     the default max_sessions = 1: ten calls alternating between two principals
     each reach their principal's one process (the flaky server answers with its
     pid), never a fresh one."""
-    from tests.test_http_front import call as http_call
-    from tests.test_http_front import gateway as http_gateway
-    from tests.test_http_front import modern_headers
+    from tests.http_gateway_process import call as http_call
+    from tests.http_gateway_process import gateway as http_gateway
+    from tests.http_gateway_process import modern_headers
 
     tokens = '[http]\ntokens = { alice = "alice-token", bob = "bob-token" }\n'
     pids: dict[str, set[str]] = {"alice": set(), "bob": set()}
