@@ -230,7 +230,7 @@ def forward(method: str, shape: Shape, caps: dict[str, Any] | None = None) -> Fo
 def test_how_a_routed_call_is_served(
     decision: Forward, params: dict[str, Any], server_caps: dict[str, Any], served: Served
 ) -> None:
-    got = call_plan.served_by(decision, params, TASKS_ON, server_caps, lambda: True)
+    got = call_plan.served_by(decision, params, TASKS_ON, server_caps, lambda p: True, "local")
     assert got is served
 
 
@@ -240,13 +240,13 @@ def test_a_principal_past_its_share_of_tasks_is_served_as_any_call() -> None:
     a call that could become a task."""
     asked: list[bool] = []
 
-    def no_room() -> bool:
-        asked.append(True)
+    def no_room(principal: str) -> bool:
+        asked.append(principal == "alice")
         return False
 
     caps: dict[str, Any] = {"sampling": {}, "extensions": {task_shapes.EXTENSION: {}}}
     decision = forward("tools/call", Shape.TO_MODERN, caps)
-    assert call_plan.served_by(decision, {}, TASKS_ON, {}, no_room) is Served.MRTR
+    assert call_plan.served_by(decision, {}, TASKS_ON, {}, no_room, "alice") is Served.MRTR
     assert asked == [True]
-    call_plan.served_by(forward("tools/list", Shape.TO_MODERN), {}, TASKS_ON, {}, no_room)
+    call_plan.served_by(forward("tools/list", Shape.TO_MODERN), {}, TASKS_ON, {}, no_room, "alice")
     assert asked == [True]

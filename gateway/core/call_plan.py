@@ -151,13 +151,14 @@ def served_by(
     params: dict[str, Any] | None,
     settings: ServeSettings,
     server_capabilities: dict[str, Any] | None,
-    task_room: Callable[[], bool],
+    task_room: Callable[[str], bool],
+    principal: str,
 ) -> Served:
     """`params`: the client's own (a retry's requestState, a task request);
-    `server_capabilities`: the session's server's; `task_room`: whether the
-    client's principal may start one more of the gateway's tasks, asked only
-    of a call that could be one (past its share, the call is answered as any
-    call: it waits for its own calls, not others' tasks)."""
+    `server_capabilities`: the session's server's; `task_room(principal)`:
+    whether the client's principal may start one more of the gateway's
+    tasks, asked only of a call that could be one (past its share, the call
+    is answered as any call: it waits for its own calls, not others' tasks)."""
     method = decision.method
     if decision.shape is Shape.TO_LEGACY:
         if method in ("resources/subscribe", "resources/unsubscribe"):
@@ -183,7 +184,7 @@ def served_by(
         method == "tools/call"
         and settings.tasks_for_modern
         and task_shapes.offered_by(decision.client_capabilities)
-        and task_room()
+        and task_room(principal)
     ):
         return Served.TASK_CALL
     return Served.MRTR if bridged(decision, params) else Served.FORWARD

@@ -19,14 +19,16 @@ from gateway import era, wire
 from gateway.client_link import CURRENT_REQUEST, ClientLink
 from gateway.config import Config
 from gateway.core import call_plan, routing
-from gateway.core.call_plan import Lease, Served
+from gateway.core.call_plan import Lease, Next, Served
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply, unavailable_reply
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens
 from gateway.runtime.mrtr_bridge import MrtrBridge
+from gateway.runtime.pending_calls import ProgressRoute
 from gateway.runtime.session_calls import SessionCalls
+from gateway.runtime.session_lease import SessionLease
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.task_runner import TaskRunner
 from gateway.runtime.upstream_pool import UpstreamPool
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from gateway.runtime.tracing import RequestSpan, RequestTracing
 
 log = structlog.get_logger("gateway")
+DONE = Next.DONE
 
 # A step that waits: it returns the next step that waits, or None.
 Step = Coroutine[Any, Any, "Step | None"]
@@ -55,8 +58,9 @@ class ClientCall:
 
     __slots__ = (
         "_ended",
-        "_releases",
+        "_progress",
         "_scope",
+        "_share",
         "_upstream",
         "decision",
         "legacy",
@@ -86,26 +90,30 @@ class ClientCall:
         # The server era the decision was made for.
         self.routed_for: era.Era | None = None
         self.retried = False
-        # What the call holds until it ends (a lease share, a progress route).
-        self._releases: list[Callable[[], object]] = []
+        # What the call holds until it ends: a share of its session's lease,
+        # the route of its upstream progress token.
+        self._share: SessionLease | None = None
+        self._progress: tuple[dict[str, ProgressRoute], str] | None = None
         self._ended = False
         # While a task runs for it: the task's scope. While its request is
         # upstream without one: the session and the upstream id.
         self._scope: anyio.CancelScope | None = None
         self._upstream: tuple[UpstreamSession, int] | None = None
 
-    def holds(self, release: Callable[[], object]) -> None:
-        self._releases.append(release)
-
     def release(self) -> None:
-        releases, self._releases = self._releases, []
-        for release in releases:
-            release()
+        share, progress = self._share, self._progress
+        if share is not None:
+            self._share = None
+            share.release_shared()
+        if progress is not None:
+            self._progress = None
+            progress[0].pop(progress[1], None)
 
     def end(self) -> None:
         self._ended = True
         self._upstream = None
-        self.release()
+        if self._share is not None or self._progress is not None:
+            self.release()
         self.link.call_ended(self.msg_id)
 
     def answer_now(self, reply: wire.Message) -> None:
@@ -114,14 +122,6 @@ class ClientCall:
             self.link.send_nowait(reply)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             log.debug("client went away before its answer", id=self.msg_id)
-
-    def sent(self, session: UpstreamSession, upstream_id: int) -> None:
-        if not self._ended:  # else its reply came as it was sent
-            self._upstream = (session, upstream_id)
-
-    def got_reply(self) -> None:
-        self._upstream = None
-        self.release()
 
     def cancel(self) -> None:
         """InflightCall: the client gave up on the request."""
@@ -182,6 +182,7 @@ class ClientCalls:
         self.tasks = TaskRunner(config, self.bridge, on_session)
         self.legacy_tasks = LegacyTaskRunner(config, on_session, self.legacy_input)
         self._discover_hint = config.cache_hint("server/discover")
+        self._task_room = self.tasks.has_room
         self._serve_settings = call_plan.ServeSettings(
             config.tasks_for_legacy_clients, config.tasks_for_modern_clients
         )
@@ -271,12 +272,14 @@ class ClientCalls:
         decision = call.decision
         assert decision is not None
         link, msg = call.link, call.msg
+        profile = session.profile
         served = call_plan.served_by(
             decision,
             msg.get("params"),
             self._serve_settings,
-            None if session.profile is None else session.profile.capabilities,
-            lambda: self.tasks.has_room(link.principal),
+            None if profile is None else profile.capabilities,
+            self._task_room,
+            link.principal,
         )
         if served is Served.FORWARD:
             plan = self.on_session.plan(link, decision, session)
@@ -286,7 +289,7 @@ class ClientCalls:
                 lease = session.lease
                 taken = lease.share_now()
                 assert taken  # the plan found it free, and nothing ran since
-                call.holds(lease.release_shared)
+                call._share = lease
             return self._send(call, session, plan.progress_token)
         if served is Served.LEGACY_TASK_CALL:
             call.answer_now(self.legacy_tasks.call(link, msg, decision, session))
@@ -319,12 +322,13 @@ class ClientCalls:
                 call.link, session, params, client_token
             )
             if upstream_token is not None:
-                progress, token = session.progress, upstream_token
-                call.holds(lambda: progress.pop(token, None))
+                call._progress = (session.progress, upstream_token)
         start = session.start_call if call.traced is None else call.traced.start_call(session)
 
         def replied(reply: wire.Message) -> None:
-            call.got_reply()
+            call._upstream = None
+            if call._share is not None or call._progress is not None:
+                call.release()
             step = self._replied(call, session, reply)
             if step is not None:
                 call.wait_in_task(step)
@@ -345,7 +349,8 @@ class ClientCalls:
         except BaseException:
             call.end()  # the lease share and the progress route go on every way out
             raise
-        call.sent(session, upstream_id)
+        if not call._ended:  # else its reply came as it was sent
+            call._upstream = (session, upstream_id)
         return None
 
     def _replied(
@@ -353,8 +358,13 @@ class ClientCalls:
     ) -> Step | None:
         decision = call.decision
         assert decision is not None
-        turn = call_plan.after_reply(decision.shape is routing.Shape.TO_LEGACY, reply, call.retried)
-        if turn is call_plan.Next.DONE:
+        # after_reply is DONE for any shape but TO_LEGACY: that test comes first.
+        turn = (
+            call_plan.after_reply(True, reply, call.retried)
+            if decision.shape is routing.Shape.TO_LEGACY
+            else DONE
+        )
+        if turn is DONE:
             call.answer_now(self.on_session.shape(decision, reply, call.msg_id, session))
             return None
         return self._take_turn(call, session, reply, turn)
