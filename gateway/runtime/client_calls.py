@@ -85,7 +85,12 @@ class ClientCall:
         self.msg_id: wire.RequestId = msg["id"]
         self.tg = tg
         self.traced = traced
-        self.legacy = _meets_legacy_side(link, msg)
+        # A legacy client's request, which a dual-era server serves on its
+        # legacy side (DESIGN §5.3): one with modern `_meta` is served modern,
+        # whatever came before on the link.
+        self.legacy = (
+            link.session is not None or msg["method"] == "initialize"
+        ) and not era.is_modern(msg)
         self.decision: routing.Forward | None = None
         # The server era the decision was made for.
         self.routed_for: era.Era | None = None
@@ -117,7 +122,12 @@ class ClientCall:
         self.link.call_ended(self.msg_id)
 
     def answer_now(self, reply: wire.Message) -> None:
-        self.end()
+        # (end, inlined: every call is answered here)
+        self._ended = True
+        self._upstream = None
+        if self._share is not None or self._progress is not None:
+            self.release()
+        self.link.call_ended(self.msg_id)
         try:
             self.link.send_nowait(reply)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -206,7 +216,13 @@ class ClientCalls:
         call = ClientCall(link, msg, tg, traced)
         link.inflight[call.msg_id] = call
         pool = self.pool
-        profile = pool.profile_for(call.legacy) if pool.settled else None
+        # (pool.profile_for and pool.settled, inlined: every call)
+        settlement = pool.settlement
+        profile = (
+            settlement.profile_for(call.legacy)
+            if settlement.profile is not None and pool.readiness.first_done
+            else None
+        )
         if profile is None:
             call.wait_in_task(self._until_ready(call))
         elif (step := self._routed(call, profile)) is not None:
@@ -282,8 +298,10 @@ class ClientCalls:
             link.principal,
         )
         if served is Served.FORWARD:
-            plan = self.on_session.plan(link, decision, session)
-            if plan.must_wait or self.on_session.needs_task(decision, session):
+            on_session = self.on_session
+            plan = on_session.plan(link, decision, session)
+            tasks = on_session.task_tools and on_session.needs_task(decision, session)
+            if plan.must_wait or tasks:
                 return self._forward_waiting(call, session)
             if plan.lease is Lease.SHARED:
                 lease = session.lease
@@ -324,13 +342,15 @@ class ClientCalls:
             if upstream_token is not None:
                 call._progress = (session.progress, upstream_token)
         start = session.start_call if call.traced is None else call.traced.start_call(session)
+        shape, may_turn = self.on_session.shape, decision.shape is routing.Shape.TO_LEGACY
 
         def replied(reply: wire.Message) -> None:
             call._upstream = None
             if call._share is not None or call._progress is not None:
                 call.release()
-            step = self._replied(call, session, reply)
-            if step is not None:
+            if not may_turn:  # (after_reply is DONE for every other shape)
+                call.answer_now(shape(decision, reply, call.msg_id, session))
+            elif (step := self._replied(call, session, reply)) is not None:
                 call.wait_in_task(step)
 
         try:
@@ -448,11 +468,3 @@ class ClientCalls:
                 client=decision.opens_session.client_info,
             )
         return decision
-
-
-def _meets_legacy_side(link: ClientLink, msg: wire.Message) -> bool:
-    """Whether the request is a legacy client's, which a dual-era server
-    serves on its legacy side (DESIGN §5.3): a request with modern `_meta` is
-    served modern, whatever came before on the link."""
-    legacy = link.session is not None or msg["method"] == "initialize"
-    return legacy and not era.is_modern(msg)

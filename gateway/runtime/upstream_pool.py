@@ -279,7 +279,7 @@ class UpstreamPool:
         """The live session for a call, if it exists already (no waiting)."""
         registry = self.registry
         session = registry.sessions.get(self.key_for(principal, client_caps, legacy_client))
-        if session is None or not session.alive:
+        if session is None or session.closed_reason is not None:  # (not alive; every call)
             return None
         return registry.claim(session)
 

@@ -151,7 +151,7 @@ class UpstreamSession:
         was sent then."""
         if self.closed_reason is not None:
             raise UpstreamGone(self.closed_reason)
-        msg_id = self.next_id()
+        self._next_id = msg_id = self._next_id + 1  # (next_id, inlined: every call)
         self.pending[msg_id] = PendingCall(
             owner, log_level, on_reply, method, timeout, client_id, tag, on_failure
         )
