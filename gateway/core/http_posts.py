@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from gateway import inbound, wire
+from gateway import era, inbound, wire
 from gateway.core import http_binding, http_requests
 
 
@@ -62,11 +62,12 @@ def classify(headers: Mapping[str, str], body: bytes, tools: http_binding.ToolHe
             )
             return Post(PostKind.REFUSED, refusal=refusal)
     session_id = headers.get("mcp-session-id")
-    modern = http_requests.post_is_modern(headers, msg)
+    body_is_modern = era.is_modern(msg)  # (once: three rules below ask)
+    modern = http_requests.post_is_modern(headers, body_is_modern)
     if kind is not wire.Kind.REQUEST:
         return Post(PostKind.DELIVERY, msg, modern, session_id)
     if modern:
-        problem = http_binding.modern_request_refusal(headers, msg, tools)
+        problem = http_binding.modern_request_refusal(headers, msg, tools, body_is_modern)
         if problem is not None:
             return Post(PostKind.REFUSED, refusal=problem)
         return Post(PostKind.MODERN_CALL, msg, True)
