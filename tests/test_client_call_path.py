@@ -17,7 +17,7 @@ from gateway import era, wire
 from gateway.core import call_plan, task_shapes
 from gateway.core.call_plan import Next, Served
 from gateway.core.routing import Forward, Shape
-from gateway.runtime.client_calls import ClientCall
+from gateway.runtime.client_call import ClientCall
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamTimeout
 from tests.scripted import MODERN_META, Client, ScriptedServer, gateway, legacy_server

@@ -62,7 +62,9 @@ def classify(headers: Mapping[str, str], body: bytes, tools: http_binding.ToolHe
             )
             return Post(PostKind.REFUSED, refusal=refusal)
     session_id = headers.get("mcp-session-id")
-    body_is_modern = era.is_modern(msg)  # (once: three rules below ask)
+    # Once (three rules below ask), and only where it matters: a POST that
+    # names a session is legacy whatever its body says.
+    body_is_modern = session_id is None and era.is_modern(msg)
     modern = http_requests.post_is_modern(headers, body_is_modern)
     if kind is not wire.Kind.REQUEST:
         return Post(PostKind.DELIVERY, msg, modern, session_id)

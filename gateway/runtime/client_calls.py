@@ -8,27 +8,26 @@ a task of the client link's group runs them from the first step that waits.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
-from gateway import era, wire
-from gateway.client_link import CURRENT_REQUEST, ClientLink
+from gateway import wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import call_plan, routing
 from gateway.core.call_plan import Lease, Next, Served
 from gateway.core.profile import UpstreamProfile
 from gateway.core.upstream_failures import failure_reply, unavailable_reply
+from gateway.runtime.client_call import ClientCall, Serve, Step
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens
 from gateway.runtime.mrtr_bridge import MrtrBridge
-from gateway.runtime.pending_calls import ProgressRoute
 from gateway.runtime.session_calls import SessionCalls
-from gateway.runtime.session_lease import SessionLease
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.task_runner import TaskRunner
 from gateway.runtime.upstream_pool import UpstreamPool
@@ -44,132 +43,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("gateway")
 DONE = Next.DONE
-
-# A step that waits: it returns the next step that waits, or None.
-Step = Coroutine[Any, Any, "Step | None"]
-Serve = Callable[[], Awaitable[wire.Message | None]]
-
-
-class ClientCall:
-    """One client request on its one path. Synchronous steps run at once; a
-    step that waits runs in a task of the link's group (`Step`: it returns
-    the next step that waits, or None). Its reply reaches `replied` from the
-    upstream reader when it was sent at once."""
-
-    __slots__ = (
-        "_ended",
-        "_progress",
-        "_scope",
-        "_share",
-        "_upstream",
-        "decision",
-        "legacy",
-        "link",
-        "msg",
-        "msg_id",
-        "retried",
-        "routed_for",
-        "tg",
-        "traced",
-    )
-
-    def __init__(
-        self,
-        link: ClientLink,
-        msg: wire.Message,
-        tg: anyio.abc.TaskGroup,
-        traced: RequestSpan | None,
-    ) -> None:
-        self.link = link
-        self.msg = msg
-        self.msg_id: wire.RequestId = msg["id"]
-        self.tg = tg
-        self.traced = traced
-        # A legacy client's request, which a dual-era server serves on its
-        # legacy side (DESIGN §5.3): one with modern `_meta` is served modern,
-        # whatever came before on the link.
-        self.legacy = (
-            link.session is not None or msg["method"] == "initialize"
-        ) and not era.is_modern(msg)
-        self.decision: routing.Forward | None = None
-        # The server era the decision was made for.
-        self.routed_for: era.Era | None = None
-        self.retried = False
-        # What the call holds until it ends: a share of its session's lease,
-        # the route of its upstream progress token.
-        self._share: SessionLease | None = None
-        self._progress: tuple[dict[str, ProgressRoute], str] | None = None
-        self._ended = False
-        # While a task runs for it: the task's scope. While its request is
-        # upstream without one: the session and the upstream id.
-        self._scope: anyio.CancelScope | None = None
-        self._upstream: tuple[UpstreamSession, int] | None = None
-
-    def release(self) -> None:
-        share, progress = self._share, self._progress
-        if share is not None:
-            self._share = None
-            share.release_shared()
-        if progress is not None:
-            self._progress = None
-            progress[0].pop(progress[1], None)
-
-    def end(self) -> None:
-        self._ended = True
-        self._upstream = None
-        if self._share is not None or self._progress is not None:
-            self.release()
-        self.link.call_ended(self.msg_id)
-
-    def answer_now(self, reply: wire.Message) -> None:
-        # (end, inlined: every call is answered here)
-        self._ended = True
-        self._upstream = None
-        if self._share is not None or self._progress is not None:
-            self.release()
-        self.link.call_ended(self.msg_id)
-        try:
-            self.link.send_nowait(reply)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("client went away before its answer", id=self.msg_id)
-
-    def cancel(self) -> None:
-        """InflightCall: the client gave up on the request."""
-        if self._scope is not None:
-            self._scope.cancel()  # the task ends the call as it unwinds
-            return
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            session, upstream_id = upstream
-            session.abandon_call(upstream_id, "cancelled by the client")
-        self.end()
-
-    def wait_in_task(self, step: Step) -> None:
-        """Go on in a task: `step` waits."""
-        self._scope = anyio.CancelScope()
-        self.tg.start_soon(self._run, step)
-
-    async def _run(self, step: Step | None) -> None:
-        CURRENT_REQUEST.set(self.msg_id)
-        scope = self._scope
-        assert scope is not None
-        handed_on = False
-        try:
-            with scope:
-                while step is not None:  # each step returns the next one that waits
-                    step = await step
-                handed_on = True
-            if scope.cancelled_caught:
-                log.debug("request cancelled by the client", id=self.msg_id)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("client went away before its answer", id=self.msg_id)
-        finally:
-            if self._scope is scope:
-                self._scope = None
-            if scope.cancel_called or not handed_on or self._upstream is None:
-                # Answered, failed or cancelled here (a cancellation that came
-                # before a step could wait included): nothing goes on upstream.
-                self.cancel()
 
 
 class ClientCalls:
@@ -307,7 +180,7 @@ class ClientCalls:
                 lease = session.lease
                 taken = lease.share_now()
                 assert taken  # the plan found it free, and nothing ran since
-                call._share = lease
+                call.share = lease
             return self._send(call, session, plan.progress_token)
         if served is Served.LEGACY_TASK_CALL:
             call.answer_now(self.legacy_tasks.call(link, msg, decision, session))
@@ -340,13 +213,19 @@ class ClientCalls:
                 call.link, session, params, client_token
             )
             if upstream_token is not None:
-                call._progress = (session.progress, upstream_token)
+                call.progress = (session.progress, upstream_token)
         start = session.start_call if call.traced is None else call.traced.start_call(session)
         shape, may_turn = self.on_session.shape, decision.shape is routing.Shape.TO_LEGACY
 
         def replied(reply: wire.Message) -> None:
-            call._upstream = None
-            if call._share is not None or call._progress is not None:
+            # (ClientCall.release, inlined for the lease share: every call on
+            # a legacy session has one.)
+            call.upstream = None
+            share = call.share
+            if share is not None:
+                call.share = None
+                share.release_shared()
+            if call.progress is not None:
                 call.release()
             if not may_turn:  # (after_reply is DONE for every other shape)
                 call.answer_now(shape(decision, reply, call.msg_id, session))
@@ -369,8 +248,8 @@ class ClientCalls:
         except BaseException:
             call.end()  # the lease share and the progress route go on every way out
             raise
-        if not call._ended:  # else its reply came as it was sent
-            call._upstream = (session, upstream_id)
+        if not call.ended:  # else its reply came as it was sent
+            call.upstream = (session, upstream_id)
         return None
 
     def _replied(
