@@ -59,6 +59,12 @@ class Deadlines:
     def cancel(self, key: Hashable) -> None:
         self._deadlines.pop(key, None)
 
+    @property
+    def cancel_at_once(self) -> Callable[[Hashable, None], float | None]:
+        """`cancel` as one C call, for an owner's path of every call:
+        `cancel_at_once(key, None)` (bind it once; it stays valid)."""
+        return self._deadlines.pop
+
     def close(self) -> None:
         """Drop every deadline and end the watcher (its owner is over)."""
         self._closed = True

@@ -252,6 +252,7 @@ class UpstreamSession:
         """Deliver replies to their calls and everything else to the handler,
         until the connection ends; then fail every pending call."""
         reason = "upstream connection ended"
+        end_deadline = self.deadlines.cancel_at_once
         try:
             while True:  # ends when the channel raises at end of stream
                 batch = await self.channel.receive_batch()
@@ -267,7 +268,7 @@ class UpstreamSession:
                             self.pending.pop(msg_id, None) if isinstance(msg_id, int) else None
                         )
                         if pending is not None:
-                            self.deadlines.cancel(msg_id)
+                            end_deadline(msg_id, None)
                         else:
                             # A late reply to a call we gave up on (timeout, cancel, probe).
                             log.debug(
