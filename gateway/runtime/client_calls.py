@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("gateway")
 DONE = Next.DONE
+after_reply = call_plan.after_reply
 
 
 class ClientCalls:
@@ -227,10 +228,12 @@ class ClientCalls:
                 share.release_shared()
             if call.progress is not None:
                 call.release()
-            if not may_turn:  # (after_reply is DONE for every other shape)
+            # (_replied, inlined: after_reply is DONE for every other shape)
+            turn = after_reply(True, reply, call.retried) if may_turn else DONE
+            if turn is DONE:
                 call.answer_now(shape(decision, reply, call.msg_id, session))
-            elif (step := self._replied(call, session, reply)) is not None:
-                call.wait_in_task(step)
+            else:
+                call.wait_in_task(self._take_turn(call, session, reply, turn))
 
         try:
             upstream_id = start(
