@@ -69,7 +69,7 @@ if __package__ in (None, ""):  # run as `python bench/parked_memory.py`
 from bench import fast_server
 from bench.client import ASK_TEXT, ELICIT_ANSWER, MODERN, MODERN_ELICIT_CAPS
 from gateway import log_setup, wire
-from gateway.backs.stdio_back import ServerExited
+from gateway.backs.server_output import ServerExited
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.runtime.service import GatewayService

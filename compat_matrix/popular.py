@@ -15,6 +15,10 @@ as the desktop clients that run these servers do.
 
 Probe-only rows add the SDK fixtures whose era is known by construction: the
 mcp 2.3.0 server modern-only and dual, the TS 2.4 server with legacy:'reject'.
+
+This module runs them (`probe`, `call_through`, `run_all`) and is the command
+line; the rows are in `popular_servers.py`, the saved run and the section
+written from it in `popular_report.py`.
 """
 
 from __future__ import annotations
@@ -29,151 +33,41 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run as a script: `compat_matrix` is importable
-from compat_matrix.run import (  # noqa: E402
+# Run as a script: `compat_matrix` is importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from compat_matrix.cells import REPO
+from compat_matrix.environment import INSTALL_HINT, peers_dir
+from compat_matrix.popular_report import save, section, write_section
+from compat_matrix.popular_servers import (
+    CLIENT_VENVS,
+    CLIENTS,
+    HERE,
+    TRANSPORTS,
+    Server,
+    missing,
+    servers,
+)
+from compat_matrix.processes import (
     HOST,
-    INSTALL_HINT,
-    REPO,
     RUN_TAG_VAR,
     Background,
     StartError,
     _reap_tagged,
     _start,
     _stop,
-    code_version,
-    first_line,
     free_port,
-    peers_dir,
 )
+from compat_matrix.verdicts import first_line
 
-HEADING = "## Popular servers through the gateway"
-RESULTS = HERE / "popular_results.json"
 DEFAULT_REPORT = HERE / "REPORT.md"
-CLIENTS = {"modern": "popular_py2_client.py", "legacy": "popular_py1_client.py"}
-CLIENT_VENVS = {"modern": "py2", "legacy": "py1"}
-TRANSPORTS = ("stdio", "http")
 CLIENT_TIMEOUT = 60.0  # the client's own deadline; the harness allows a little more
 PROBE_TIMEOUT = 60.0
 START_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Server:
-    """A server to probe, and (with a scenario) to call through the gateway."""
-
-    name: str
-    label: str  # package and pinned version, as installed
-    era: str  # what `probe` must print
-    argv: Callable[[Path, Path], list[str]]  # (peers dir, case dir) -> command
-    scenario: str | None = None  # compat_matrix/peers/_popular.py server; None: probe only
-    env: Callable[[Path], dict[str, str]] = field(default=lambda _case: {})
-
-
-def _node_bin(name: str) -> Callable[[Path, Path], list[str]]:
-    return lambda peers, _case: [str(peers / "node" / "node_modules" / ".bin" / name)]
-
-
-def _node_version(peers: Path, package: str) -> str:
-    manifest = peers / "node" / "node_modules" / "@modelcontextprotocol" / package / "package.json"
-    try:
-        return str(json.loads(manifest.read_text())["version"])
-    except (OSError, ValueError, KeyError):
-        return "?"
-
-
-def _pip_version(peers: Path, venv: str, dist: str) -> str:
-    for meta in (peers / venv).glob(f"lib/python*/site-packages/{dist}-*.dist-info"):
-        return meta.name.removeprefix(f"{dist}-").removesuffix(".dist-info")
-    return "?"
-
-
-def servers(peers: Path) -> list[Server]:
-    """Every row, with the versions actually installed in `peers`."""
-    py2 = str(peers / "py2" / "bin" / "python")
-    fixture = str(HERE / "peers" / "py2_modern_server.py")
-    ts2 = str(HERE / "peers" / "ts2_modern_server.mjs")
-    time_argv = ["--local-timezone", "UTC"]
-    return [
-        Server(
-            "filesystem",
-            f"@modelcontextprotocol/server-filesystem {_node_version(peers, 'server-filesystem')}",
-            "legacy",
-            lambda p, case: [*_node_bin("mcp-server-filesystem")(p, case), str(case)],
-            "filesystem",
-        ),
-        Server(
-            "memory",
-            f"@modelcontextprotocol/server-memory {_node_version(peers, 'server-memory')}",
-            "legacy",
-            _node_bin("mcp-server-memory"),
-            "memory",
-            env=lambda case: {"MEMORY_FILE_PATH": str(case / "memory.jsonl")},
-        ),
-        Server(
-            "everything",
-            f"@modelcontextprotocol/server-everything {_node_version(peers, 'server-everything')}",
-            "legacy",
-            lambda p, case: [*_node_bin("mcp-server-everything")(p, case), "stdio"],
-            "everything",
-        ),
-        Server(
-            "time-legacy",
-            f"mcp-server-time {_pip_version(peers, 'time1', 'mcp_server_time')} "
-            f"(mcp {_pip_version(peers, 'time1', 'mcp')})",
-            "legacy",
-            lambda p, _case: [str(p / "time1" / "bin" / "mcp-server-time"), *time_argv],
-            "time",
-        ),
-        Server(
-            "time-dual",
-            f"mcp-server-time {_pip_version(peers, 'time2', 'mcp_server_time')} "
-            f"(mcp {_pip_version(peers, 'time2', 'mcp')})",
-            "dual",
-            lambda p, _case: [str(p / "time2" / "bin" / "mcp-server-time"), *time_argv],
-            "time",
-        ),
-        Server(
-            "py2-dual",
-            f"mcp {_pip_version(peers, 'py2', 'mcp')} fixture server, --dual",
-            "dual",
-            lambda _p, _case: [py2, fixture, "--dual"],
-        ),
-        Server(
-            "py2-modern",
-            f"mcp {_pip_version(peers, 'py2', 'mcp')} fixture server, initialize rejected",
-            "modern",
-            lambda _p, _case: [py2, fixture],
-        ),
-        Server(
-            "ts2-modern",
-            f"@modelcontextprotocol/server {_node_version(peers, 'server')} fixture, "
-            "legacy:'reject'",
-            "modern",
-            lambda _p, _case: ["node", ts2],
-        ),
-    ]
-
-
-def missing(peers: Path) -> list[str]:
-    """What peers/install.sh should have created for these rows (empty when usable)."""
-    needed = [
-        peers / "py1" / "bin" / "python",
-        peers / "py2" / "bin" / "python",
-        peers / "time1" / "bin" / "mcp-server-time",
-        peers / "time2" / "bin" / "mcp-server-time",
-        *(
-            peers / "node" / "node_modules" / ".bin" / f"mcp-server-{name}"
-            for name in ("filesystem", "memory", "everything")
-        ),
-    ]
-    return [str(p) for p in needed if not p.exists()]
 
 
 def _env(tag: str, peers: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -342,17 +236,6 @@ def call_through(server: Server, client: str, transport: str, peers: Path) -> di
             _reap_tagged(tag)
 
 
-def checked_answer(result: dict[str, Any]) -> str:
-    """The last checked call's answer, shortened for the table."""
-    calls = [
-        s for s in result.get("steps") or [] if str(s.get("step", "")).startswith("tools/call")
-    ]
-    if not calls:
-        return ""
-    text = " ".join(str(calls[-1].get("text") or "").split())
-    return f"{calls[-1]['step'].removeprefix('tools/call ')}: {text[:70]}"
-
-
 def run_all(
     peers: Path, jobs: int = 2, only: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -369,103 +252,6 @@ def run_all(
         probes = list(pool.map(lambda s: probe(s, peers), rows))
         calls = list(pool.map(lambda c: call_through(c[0], c[1], c[2], peers), cases))
     return probes, calls
-
-
-# -- the report section ---------------------------------------------------------
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def section(results: Path = RESULTS) -> str:
-    """The REPORT.md section from the saved run."""
-    head = [
-        HEADING,
-        "",
-        "The reference servers people install, at the versions `peers/install.sh` pins,",
-        "each behind a **fresh** gateway (the first request included): a modern client",
-        "(mcp 2.3.0 `Client` pinned to 2026-07-28) and a legacy client (mcp 1.30.0",
-        "`ClientSession`), both declaring roots, over stdio (the client spawns the gateway,",
-        "which spawns the server) and over HTTP (`gateway --listen`). Each lists tools and",
-        "makes calls whose answers are checked: a file written then read back (and found on",
-        "disk), an entity created then opened (and found in the storage file), the time in",
-        "UTC (parsed, within a minute of now), echo and get-sum. `era` is what",
-        "`gateway probe` prints; the last rows are SDK fixtures whose era is known by",
-        "construction. Reproduce: `bash peers/install.sh && python compat_matrix/popular.py`",
-        "(`--report-only` rewrites this section from `compat_matrix/popular_results.json`);",
-        "`tests/test_popular_servers.py` checks the same.",
-        "",
-    ]
-    if not results.exists():
-        return "\n".join([*head, "Not run yet."]) + "\n"
-    saved = json.loads(results.read_text())
-    calls = {(c["server"], c["client"], c["transport"]): c for c in saved["calls"]}
-    lines = [
-        *head,
-        f"Run of {saved['date']} on {saved['code']}: "
-        f"{sum(c['ok'] for c in saved['calls'])}/{len(saved['calls'])} calls work, "
-        f"{sum(p['era'] == p['want'] for p in saved['probes'])}/{len(saved['probes'])} "
-        "probes print the right era.",
-        "",
-        "| server | version | probe era (want) | modern · stdio | modern · http "
-        "| legacy · stdio | legacy · http | checked answer |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for p in saved["probes"]:
-        era = p["era"] or "no answer"
-        mark = "" if p["era"] == p["want"] else " **wrong**"
-        cells = []
-        answer = ""
-        for client in CLIENTS:
-            for transport in TRANSPORTS:
-                c = calls.get((p["server"], client, transport))
-                if c is None:
-                    cells.append("-")
-                    continue
-                answer = answer or (checked_answer(c) if c["ok"] else "")
-                cells.append(
-                    "works" if c["ok"] else f"**fails**: {first_line(c['error'] or '', 90)}"
-                )
-        lines.append(
-            f"| {p['server']} | {_cell(p['label'])} | {era} ({p['want']}){mark} | "
-            + " | ".join(_cell(c) for c in cells)
-            + f" | {_cell(answer)} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def write_section(out: Path, text: str) -> None:
-    """Replace this section of `out` (it runs to the end of the file or the next
-    `## ` heading), or append it."""
-    current = out.read_text() if out.exists() else ""
-    before, found, after = current.partition(HEADING)
-    rest = ""
-    if found:
-        cut = after.find("\n## ")
-        rest = after[cut + 1 :] if cut >= 0 else ""
-    body = before.rstrip("\n") + "\n\n" + text
-    out.write_text(body + ("\n" + rest if rest else ""))
-
-
-def save(probes: list[dict[str, Any]], calls: list[dict[str, Any]], peers: Path) -> None:
-    wanted = {s.name: s for s in servers(peers)}
-    for p in probes:
-        p["want"] = wanted[p["server"]].era
-        p["label"] = wanted[p["server"]].label
-        p.pop("answer", None)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "code": code_version(),
-                "probes": probes,
-                "calls": calls,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

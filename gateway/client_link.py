@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -26,15 +26,11 @@ CURRENT_REQUEST: ContextVar[wire.RequestId | None] = ContextVar("current_request
 MRTR_ROUND: ContextVar[int] = ContextVar("mrtr_round", default=0)
 
 
-@dataclass(slots=True)
-class InflightCall:
-    """A client request the gateway is working on (for cancellation).
+class InflightCall(Protocol):
+    """A client request the gateway is working on (runtime/client_calls.py)."""
 
-    A call on the fast path has no task: `cancel` drops it upstream instead."""
-
-    scope: anyio.CancelScope | None
-    log_level: str | None = None
-    cancel: Callable[[], None] | None = None
+    def cancel(self) -> None:
+        """The client gave up: stop whatever the call waits for, answer nothing."""
 
 
 @dataclass(slots=True)
@@ -55,7 +51,7 @@ def _nothing() -> None:
 @dataclass(eq=False, slots=True)
 class ClientLink:
     """`send` waits for room (backpressure); `send_nowait` queues at once and is
-    what replies on the fast path use; `cork`/`uncork` batch writes."""
+    what replies from a callback use; `cork`/`uncork` batch writes."""
 
     send: Callable[[wire.Message], Awaitable[None]]
     send_nowait: Callable[[wire.Message], None]

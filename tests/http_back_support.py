@@ -5,7 +5,6 @@ started for them (`Peer`, PEERS)."""
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import socket
@@ -15,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
@@ -23,9 +22,8 @@ import pytest
 from gateway import era, wire
 from gateway.backs.http_back import HttpServerConnection
 from gateway.backs.http_connector import HttpConnector
-from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.runtime.service import GatewayService
+from tests.inprocess_service import in_process_service
 from tests.scripted import Client
 
 META = {
@@ -114,19 +112,8 @@ async def http_gateway(url: str, **config: Any) -> AsyncIterator[Client]:
         upstream_url=url,
         **{"probe_timeout": 2, "request_timeout": 5, "restart_backoff_initial": 0.01, **config},
     )
-    async with anyio.create_task_group() as tg:
-        service = GatewayService(cfg)
-        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
-        service.links.add(link)
-        await service.start(tg)
-        async with anyio.create_task_group() as requests:
-            yield Client(service, link, receive, requests, cast(Any, None))
-            requests.cancel_scope.cancel()
-        await service.aclose()
-        tg.cancel_scope.cancel()
-    send.close()
-    receive.close()
+    async with in_process_service(cfg) as client:
+        yield client
 
 
 MRTR_CAPS: dict[str, Any] = {"elicitation": {"form": {}}}

@@ -27,7 +27,7 @@ from anyio.abc import Process
 
 from tests.flow_harness import FLOOD, MODERN_META, json_lines
 from tests.http_answers import answer_of, sse_messages
-from tests.test_http_front import free_port
+from tests.http_gateway_process import free_port
 
 CLIENT_DROPS = "messages dropped for a client that reads too slowly"
 ACCEPT = "application/json, text/event-stream"

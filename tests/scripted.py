@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import era, wire
-from gateway.backs.stdio_back import ServerExited, ServerOutput
+from gateway.backs.server_output import ServerExited, ServerOutput
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.runtime.service import GatewayService

@@ -24,7 +24,7 @@ from gateway.peer_queue import ClientNotReading
 from gateway.runtime.legacy_input import LegacyInputLoop
 from tests.inprocess import http_gateway
 from tests.scripted import legacy_server
-from tests.test_sse_front import open_stream, sse_get
+from tests.sse_streams import open_stream, sse_get
 
 pytestmark = pytest.mark.anyio
 

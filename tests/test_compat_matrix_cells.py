@@ -1,4 +1,4 @@
-"""The matrix data (compat_matrix/cells.toml) and how run.py judges a run, without peers.
+"""The matrix data (compat_matrix/cells.toml) and how a run is judged (verdicts.py), without peers.
 
 Issue #10: compat_matrix gains dual-era servers whose tools push their server
 requests ("dual-push"); a legacy client must get through the gateway what it
@@ -10,17 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from compat_matrix.run import (
-    ERAS,
-    FEATURES,
-    MRTR_FEATURES,
-    Run,
-    _observe,
-    cell_id,
-    judge,
-    load_matrix,
-    routes_for,
-)
+from compat_matrix.cells import ERAS, FEATURES, MRTR_FEATURES, cell_id, load_matrix, routes_for
+from compat_matrix.runs import Run
+from compat_matrix.verdicts import _observe, judge
 
 NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
 # The features of issue #10's cells; the tasks cells (issue #16) have servers of
@@ -115,7 +107,7 @@ def test_skip_leaves_out_matching_runs() -> None:
     """run.py --skip: the through-gateway runs of legacy clients' MRTR cells on
     the push-style server can be left out (and are not recorded) until the
     gateway's dual-era serving lands, while everything else of those cells runs."""
-    from compat_matrix.run import plan
+    from compat_matrix.runs import plan
 
     matrix = load_matrix()
     every = plan(matrix, "*dual-push*")

@@ -17,27 +17,23 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
+from compat_matrix.cells import (
     CELLS_FILE,
     ERAS,
     FEATURES,
     MRTR_FEATURES,
     SERVER_ERAS,
     TRANSPORTS,
-    Context,
     MatrixError,
-    Run,
     Via,
-    _observe,
     cell_id,
-    find_run,
-    judge,
     load_matrix,
-    missing_peers,
-    peers_dir,
-    render_report,
-    run_many,
 )
+from compat_matrix.environment import Context, missing_peers, peers_dir
+from compat_matrix.matrix_report import render_report
+from compat_matrix.runner import run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import _observe, judge
 
 SSE_CLIENTS = {"basic": {"py1", "ts1-sse"}, "notifications": {"py1", "ts1-sse"}}
 # The features of issue #15's cells; the sse tasks cells (issue #16) are ready only

@@ -16,21 +16,11 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
-    ERAS,
-    SERVER_ERAS,
-    Context,
-    Run,
-    _observe,
-    cell_id,
-    find_run,
-    judge,
-    load_matrix,
-    missing_peers,
-    peers_dir,
-    routes_for,
-    run_many,
-)
+from compat_matrix.cells import ERAS, SERVER_ERAS, cell_id, load_matrix, routes_for
+from compat_matrix.environment import Context, missing_peers, peers_dir
+from compat_matrix.runner import run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import _observe, judge
 
 SERVED = {("modern", "modern"), ("modern", "legacy"), ("legacy", "modern"), ("legacy", "legacy")}
 TASK_SERVERS = {"modern": ("py2-tasks",), "legacy": ("py1-tasks",)}

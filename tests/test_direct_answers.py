@@ -16,8 +16,8 @@ import orjson
 from gateway.fronts import http_limits
 from gateway.fronts.direct_answer import CycleAnswer
 from gateway.fronts.port import Readiness
-from tests.test_front_port import StandIn
-from tests.test_http_limits import FakeTransport, ok_app, settle
+from tests.fake_transport import FakeTransport, ok_app, settle
+from tests.port_stand_in import StandIn
 
 POST = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: %d\r\n%s\r\n%s"
 

@@ -21,8 +21,8 @@ from gateway import era, wire
 from gateway.core import task_shapes
 from gateway.core.fair_share import SHARE_FULL
 from tests.http_answers import answer_of
+from tests.http_gateway_process import V, modern_headers
 from tests.replicas import ROOT, Replica, free_port
-from tests.test_http_front import V, modern_headers
 
 pytestmark = pytest.mark.anyio
 

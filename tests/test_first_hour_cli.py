@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_http_front import free_port
-from tests.test_misconfiguration import assert_refused
-from tests.test_real_peers_dual import legacy_client
+from tests.http_gateway_process import free_port
+from tests.push_peers import legacy_client
+from tests.refused_start import assert_refused
 
 ROOT = Path(__file__).parent.parent
 GATEWAY = [sys.executable, "-m", "gateway"]

@@ -18,11 +18,19 @@ import pytest
 import structlog
 
 from gateway.config import Config
-from gateway.runtime.held_calls import MrtrBridge
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.service import GatewayService
-from tests.test_http_front import _children, call, free_port, modern_headers
-from tests.test_stdio_e2e import FLAKY, NOTES, gateway, wait_gone
-from tests.test_upstream_watch import FAST, _gateway, _until_listening, _until_readyz
+from tests.http_gateway_process import (
+    FAST,
+    _children,
+    _gateway,
+    _until_listening,
+    _until_readyz,
+    call,
+    free_port,
+    modern_headers,
+)
+from tests.stdio_gateway_process import FLAKY, NOTES, gateway, wait_gone
 
 pytestmark = pytest.mark.anyio
 

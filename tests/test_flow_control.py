@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
+from compat_matrix.environment import INSTALL_HINT, missing_peers, peers_dir
 from gateway import flow_control, wire
 from gateway.flow_control import ERROR_ALLOWANCE, QueueBounds, Verdict
 from gateway.pipes import PipeReader, PipeWriter
 from tests.flow_harness import FLOOD, MODERN_META, flow_gateway, wait_for_log
-from tests.test_stdio_e2e import alive
-from tests.test_upstream_watch import _gateway, _until_readyz
+from tests.http_gateway_process import _gateway, _until_readyz
+from tests.stdio_gateway_process import alive
 
 pytestmark = pytest.mark.anyio
 

@@ -8,79 +8,21 @@ that is nothing but the protocol: /readyz and /metrics read its snapshots."""
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
-from anyio.abc import TaskGroup
 
 from gateway import build_info, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics, build_info_lines
-from gateway.fronts.port import GatewayPort, GatewaySnapshot, Readiness
+from gateway.fronts.port import GatewayPort, Readiness
 from gateway.runtime.service import GatewayService
+from tests.port_stand_in import SNAPSHOT, StandIn
 
 pytestmark = pytest.mark.anyio
-
-SNAPSHOT = GatewaySnapshot(
-    upstream_sessions=3,
-    parked_calls=2,
-    rounds_to_modern_client=5,
-    rounds_to_legacy_client=7,
-    upstream_restarts=1,
-    upstream_ready=True,
-    log_lines_dropped=6,
-    messages_dropped={("client", "lossy"): 8, ("server", "request"): 1},
-)
-
-
-@dataclass
-class StandIn:
-    """A gateway as the fronts see it (GatewayPort), and nothing more."""
-
-    ready: Readiness
-    config: Config = field(default_factory=lambda: Config(command=("x",), state_key="k" * 32))
-    links: set[ClientLink] = field(default_factory=set)
-    credentials: dict[str, str] = field(default_factory=dict)
-    replica: str = "stand-in"
-
-    async def handle_client_message(
-        self, link: ClientLink, msg: wire.Message, tg: TaskGroup, *, checked: bool = False
-    ) -> None:
-        raise AssertionError("no client message is expected")
-
-    def take_request(self, link: ClientLink, msg: wire.Message, tg: TaskGroup) -> None:
-        raise AssertionError("no client request is expected")
-
-    def hold_upstream_writes(self) -> None:
-        return None
-
-    def release_upstream_writes(self) -> None:
-        return None
-
-    def handle_client_reply(self, link: ClientLink, msg: wire.Message) -> None:
-        raise AssertionError("no client reply is expected")
-
-    def cancel_request(self, link: ClientLink, msg_id: wire.RequestId) -> None:
-        return None
-
-    def drop_link(self, link: ClientLink) -> None:
-        self.links.discard(link)
-
-    def remember_credential(self, principal: str, credential: str) -> None:
-        self.credentials[principal] = credential
-
-    def path_for(self, legacy_client: bool) -> str:
-        return "modern->modern"
-
-    def readiness(self) -> Readiness:
-        return self.ready
-
-    def snapshot(self) -> GatewaySnapshot:
-        return SNAPSHOT
 
 
 async def _get(port: GatewayPort, path: str) -> httpx.Response:

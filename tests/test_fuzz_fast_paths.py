@@ -1,4 +1,4 @@
-"""The gateway's two fast paths answer exactly as the ways they shortcut do,
+"""The front's direct path answers exactly as the ASGI app it shortcuts,
 whatever the client sends (issue #12: "No change to behaviour").
 
 - The front's direct path: a POST /mcp whose body is in reaches
@@ -7,15 +7,13 @@ whatever the client sends (issue #12: "No change to behaviour").
   answered by the ASGI app. tests/test_fuzz_fronts.py fuzzes the front as an
   ASGI app only, so those checks decide alone which hostile request skips
   the app's own.
-- The runtime's: a request with nothing to wait for goes upstream at once,
-  without a task (ClientCalls._send_now); every other one runs in a task
-  (ClientCalls._run), which must come to the same answer.
+(The runtime has one call path since issue #30: tests/test_client_call_path.py
+tests it directly.)
 
 Two gateways, on the same scripted upstream, get the same hostile sequence:
 one through the ASGI app, the other through the server a deployed gateway
 runs (fronts/limited_protocol.py with the direct path on, raw HTTP/1.1 over
-an in-memory transport), or through the ASGI app with the runtime's fast
-path off. Every answer must be the same: status, headers, JSON-RPC body
+an in-memory transport). Every answer must be the same: status, headers, JSON-RPC body
 (session ids and request states, random by design, named by order of
 appearance), and keep tests/test_fuzz_fronts.py's invariants (no 5xx but a
 JSON 503, a JSON-RPC error body on every refusal).
@@ -23,14 +21,12 @@ JSON 503, a JSON-RPC error body on every refusal).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import httptools
 import orjson
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from uvicorn.config import Config as UvicornConfig
@@ -39,18 +35,18 @@ from uvicorn.server import ServerState
 from gateway import era
 from gateway.fronts import http_limits
 from gateway.fronts.http_front import HttpFront
-from tests.inprocess import ACCEPT, MODERN_META, Exchange, HttpGateway, http_gateway
-from tests.test_fuzz_fronts import (
-    FUZZ,
+from tests.fake_transport import FakeTransport
+from tests.fuzz_profiles import FUZZ
+from tests.fuzz_requests import (
     OPEN_SESSION,
     PATHS,
     REPLACEMENTS,
     _set,
     check_http_response,
     http_posts,
-    upstream_of,
 )
-from tests.test_http_limits import FakeTransport
+from tests.inprocess import ACCEPT, MODERN_META, Exchange, HttpGateway, http_gateway
+from tests.well_behaved_upstreams import upstream_of
 
 # Headers of the server, not of the front's answer.
 _SERVER_HEADERS = {"date", "server", "content-length", "transfer-encoding", "connection"}
@@ -219,13 +215,10 @@ def _session(answer: Answer, current: str) -> str:
     return str(answer.headers.get("mcp-session-id", current))
 
 
-async def run_both(
-    posts: list[Post], upstream: str, tokens: bool = False, second: str = "server"
-) -> int:
-    """The sequence through both gateways; how many requests the fast path
-    under test took. `tokens`: bearer tokens configured (two principals).
-    `second`: how the second gateway is reached: "server" (its own server,
-    direct path on) or "no-fast-path" (the ASGI app, every call in a task)."""
+async def run_both(posts: list[Post], upstream: str, tokens: bool = False) -> int:
+    """The sequence through both gateways, the second through its own
+    server with the direct path on; how many requests that path took.
+    `tokens`: bearer tokens configured (two principals)."""
     settings: dict[str, Any] = {"request_timeout": 2, "state_key": "k" * 32}
     if tokens:
         settings["http_tokens"] = {"alice": "alice-token", "bob": "bob-token"}
@@ -233,15 +226,8 @@ async def run_both(
         http_gateway(upstream_of(upstream), **settings) as first,
         http_gateway(upstream_of(upstream), **settings) as other,
     ):
-        fast = Counted(first if second == "no-fast-path" else other, second)
-        if second == "server":
-            served = ServedFront(other.front)
-            by_other: Callable[[str, bytes, Headers], Awaitable[Answer]] = served.exchange
-        else:
-            other.service.calls._send_now = _never  # type: ignore[method-assign]
-
-            async def by_other(verb: str, body: bytes, fields: Headers) -> Answer:
-                return await asgi_exchange(other, verb, body, fields)
+        fast = Counted(other)
+        by_other = ServedFront(other.front).exchange
 
         first_names, other_names = Names(), Names()
         first_session = other_session = "none-yet"
@@ -264,26 +250,19 @@ async def run_both(
 
 
 class Counted:
-    """How many requests a gateway's fast path under test takes: the front's
-    direct path ("server": DirectPosts.take), or the runtime's
-    (ClientCalls._send_now); each says True when it took one."""
+    """How many requests the front's direct path (DirectPosts.take) takes."""
 
-    def __init__(self, g: HttpGateway, which: str) -> None:
+    def __init__(self, g: HttpGateway) -> None:
         self.taken = 0
-        owner: Any = g.front.direct if which == "server" else g.service.calls
-        name = "take" if which == "server" else "_send_now"
-        method = getattr(owner, name)
+        direct: Any = g.front.direct
+        method = direct.take
 
         def counted(*args: Any) -> bool:
             took: bool = method(*args)
             self.taken += took
             return took
 
-        setattr(owner, name, counted)
-
-
-def _never(link: Any, msg: Any, traced: Any) -> bool:
-    return False
+        direct.take = counted
 
 
 def _with_session(fields: Headers, session: str) -> Headers:
@@ -442,19 +421,10 @@ SEQUENCES = given(
 def test_the_direct_path_answers_any_sequence_as_the_asgi_app_does(
     posts: list[Post], upstream: str, tokens: bool
 ) -> None:
-    anyio.run(run_both, posts, upstream, tokens, "server")
+    anyio.run(run_both, posts, upstream, tokens)
 
 
-@FUZZ
-@SEQUENCES
-def test_the_runtime_fast_path_answers_any_sequence_as_its_tasks_do(
-    posts: list[Post], upstream: str, tokens: bool
-) -> None:
-    anyio.run(run_both, posts, upstream, tokens, "no-fast-path")
-
-
-@pytest.mark.parametrize("second", ["server", "no-fast-path"])
-def test_the_comparison_sees_the_fast_path_at_work(second: str) -> None:
+def test_the_comparison_sees_the_direct_path_at_work() -> None:
     """The fuzz above compares something: plain calls take the fast path
     under test (modern ones, and a legacy session's), and the two gateways'
     answers to them are the same."""
@@ -462,5 +432,5 @@ def test_the_comparison_sees_the_fast_path_at_work(second: str) -> None:
     msg, headers = _plain("tools/call", 5, modern=False)
     legacy = [INITIALIZE, ("POST", orjson.dumps(msg), headers)]
     for upstream in ("legacy", "modern"):
-        assert anyio.run(run_both, modern, upstream, False, second) == 3
-        assert anyio.run(run_both, legacy, upstream, False, second) >= 1
+        assert anyio.run(run_both, modern, upstream, False) == 3
+        assert anyio.run(run_both, legacy, upstream, False) >= 1

@@ -22,9 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import wire
+from tests.fuzz_profiles import FUZZ
 from tests.http_back_support import connection, exchange, modern
 from tests.raw_http_server import json_answer, raw_server
-from tests.test_fuzz_fronts import FUZZ
 
 REPLY = orjson.dumps(wire.result_response(1, {"echo": "first"}))
 EVENT_DATA = [

@@ -25,8 +25,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import wire
+from tests.fuzz_profiles import FUZZ
+from tests.fuzz_requests import HOSTILE_LINES, _expected_answers
+from tests.held_counts import _released
 from tests.inprocess import Exchange, HttpGateway, http_gateway
-from tests.test_fuzz_fronts import FUZZ, HOSTILE_LINES, _expected_answers, _released, upstream_of
+from tests.well_behaved_upstreams import upstream_of
 
 INIT = wire.request(
     "init",

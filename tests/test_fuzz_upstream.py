@@ -353,7 +353,7 @@ async def play(server: ScriptedServer, script: Script, call_id: int) -> None:
 CLIENT_KINDS = ["modern", "modern-features", "legacy", "legacy-features"]
 
 
-async def run_scenario(
+async def run_scenario(  # noqa: PLR0915 - one scenario, told in order
     script: Script, server_era: str, client_kind: str, log_level: str | None
 ) -> None:
     cfg = Config(

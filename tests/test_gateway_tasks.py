@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 from gateway import era, wire
 from gateway.core import task_shapes
+from tests.fuzz_profiles import FUZZ
+from tests.fuzz_requests import JSON
 from tests.inprocess import ACCEPT, MODERN_META, V, http_gateway
 from tests.mock_clock import mock_clock, on_mock_clock
 from tests.scripted import Client, Recorder, ScriptedServer, gateway, legacy_server
-from tests.test_fuzz_fronts import FUZZ, JSON
 
 EXT: dict[str, Any] = {task_shapes.EXTENSION: {}}
 TASKS_META = {era.CLIENT_CAPABILITIES: {"elicitation": {}, "extensions": EXT}}

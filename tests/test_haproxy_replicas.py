@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from bench.http_client import retry_params
+from tests.http_gateway_process import V, modern_headers
 from tests.replicas import ROOT, Cluster, cluster, free_port, haproxy
-from tests.test_http_front import V, modern_headers
 
 pytestmark = [
     pytest.mark.anyio,

@@ -21,13 +21,13 @@ import structlog.testing
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway import era, wire
-from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import http_binding
 from gateway.core.upstream_checks import MAX_DEPTH
 from gateway.fronts.http_front import HttpFront
 from gateway.fronts.metrics import Metrics
 from gateway.runtime.service import GatewayService
+from tests.inprocess_service import in_process_service
 from tests.mock_clock import on_mock_clock
 from tests.scripted import (
     Recorder,
@@ -622,27 +622,18 @@ async def _stdio_gateway_call(*names: str) -> list[wire.Message]:
         upstream_exit_grace=0.5,
     )
     replies: list[wire.Message] = []
-    async with anyio.create_task_group() as tg:
-        service = GatewayService(cfg)
-        out, inbox = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(out, transport="test")
-        service.links.add(link)
-        await service.start(tg)
-        noticed, exits = _exits_noticed(service)
-        async with out, inbox, noticed, exits, anyio.create_task_group() as requests:
+    async with in_process_service(cfg) as c:
+        noticed, exits = _exits_noticed(c.service)
+        async with noticed, exits:
             for n, name in enumerate(names):
                 meta = {era.PROTOCOL_VERSION: "2026-07-28", era.CLIENT_CAPABILITIES: {}}
                 msg = wire.request(n, "tools/call", {"name": name, "_meta": meta})
-                await service.handle_client_message(link, msg, requests)
-                with anyio.fail_after(8):
-                    replies.append(await inbox.receive())
+                await c.send(msg)
+                replies.append(await c.next(timeout=8))
                 if name in EXITS:
                     # Bounded: the exit is seen within the 5 s stdout-closed bound.
                     with anyio.fail_after(8):
                         await exits.receive()
-            requests.cancel_scope.cancel()
-        await service.aclose()
-        tg.cancel_scope.cancel()
     return replies
 
 

@@ -39,6 +39,7 @@ from tests.http_back_support import (
     reply_of,
     until_reply,
 )
+from tests.push_peers import legacy_client
 from tests.servers.scripted_http import (
     COMMENT,
     HttpRequest,
@@ -48,7 +49,6 @@ from tests.servers.scripted_http import (
     Reply,
     serve,
 )
-from tests.test_real_peers_dual import legacy_client
 
 pytestmark = pytest.mark.anyio
 

@@ -4,8 +4,6 @@ Metadata", "Server Validation"; 2025-11-25 basic/transports "Session Management"
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable
@@ -18,71 +16,19 @@ import httpx
 import pytest
 
 from tests.http_answers import answer_of
+from tests.http_gateway_process import (
+    ACCEPT,
+    FLAKY,
+    V,
+    _children,
+    call,
+    free_port,
+    gateway,
+    modern_headers,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.anyio
-
-HERE = Path(__file__).parent
-FLAKY = [sys.executable, str(HERE / "servers" / "flaky_server.py")]
-V = "2026-07-28"
-META = {
-    "io.modelcontextprotocol/protocolVersion": V,
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
-ACCEPT = "application/json, text/event-stream"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def gateway(
-    tmp_path: Path, *args: str, config: str = "", env: dict[str, str] | None = None
-) -> AsyncIterator[httpx.AsyncClient]:
-    port = free_port()
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(config)
-    cmd = [
-        sys.executable,
-        "-m",
-        "gateway",
-        "--config",
-        str(cfg),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--log-level",
-        "warning",
-        *args,
-        "--",
-        *FLAKY,
-    ]
-    process = await anyio.open_process(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
-            await wait_ready(client)
-            yield client
-    finally:
-        process.terminate()
-        with anyio.fail_after(10):
-            await process.wait()
-
-
-async def wait_ready(client: httpx.AsyncClient) -> None:
-    """Until the gateway process answers /readyz with 200: another process,
-    with nothing to wait on but polling (every 50 ms, at most 15 s)."""
-    with anyio.fail_after(15):
-        while True:  # ends when the gateway is ready (or the bound)
-            try:
-                if (await client.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await anyio.sleep(0.05)
 
 
 async def wait_logged(path: Path, text: str) -> None:
@@ -110,28 +56,6 @@ async def in_flight(request: Awaitable[Any], calls: Path) -> AsyncIterator[None]
         await wait_logged(calls, '"tools/call"')
         yield
         tg.cancel_scope.cancel()
-
-
-def modern_headers(method: str, name: str | None = None, **extra: str) -> dict[str, str]:
-    headers = {
-        "accept": ACCEPT,
-        "content-type": "application/json",
-        "mcp-protocol-version": V,
-        "mcp-method": method,
-    }
-    if name is not None:
-        headers["mcp-name"] = name
-    headers.update(extra)
-    return headers
-
-
-def call(msg_id: int, method: str, **params: Any) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": msg_id,
-        "method": method,
-        "params": {**params, "_meta": dict(META)},
-    }
 
 
 async def test_health_ready_and_metrics(tmp_path: Path) -> None:
@@ -462,10 +386,6 @@ async def test_a_session_deleted_under_a_request_answers_it_404(
                 assert deleted.status_code == 200
     assert replies[0].status_code == 404
     assert replies[0].json()["id"] == 2
-
-
-def _children(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
 
 
 def _gone(pid: str) -> bool:

@@ -30,7 +30,8 @@ import httpx
 import pytest
 from anyio.abc import SocketStream
 
-from tests.test_http_front import FLAKY, call, free_port, modern_headers
+from tests.fake_transport import FakeTransport, ok_app, settle
+from tests.http_gateway_process import FLAKY, call, free_port, modern_headers
 
 pytestmark = pytest.mark.anyio
 
@@ -549,40 +550,6 @@ async def test_calls_that_outlast_the_shutdown_grace_get_a_gateway_error(tmp_pat
 
 
 # -- in-process: the protocol fed bytes directly ---------------------------------------------
-class FakeTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = b""
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += bytes(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-async def ok_app(scope: Any, receive: Any, send: Any) -> None:
-    while (await receive()).get("more_body"):  # ends with the last body chunk
-        pass
-    await send(
-        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
-    )
-    await send({"type": "http.response.body", "body": b"{}"})
-
-
 async def hasty_app(scope: Any, receive: Any, send: Any) -> None:
     """Answers before reading the body, like a 401 does."""
     await send(
@@ -608,11 +575,6 @@ def connection(
     transport = FakeTransport()
     proto.connection_made(transport)
     return proto, transport, guard
-
-
-async def settle() -> None:
-    for _ in range(5):  # the app task's few steps
-        await asyncio.sleep(0)
 
 
 async def test_the_head_limit_counts_request_line_and_headers() -> None:

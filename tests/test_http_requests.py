@@ -89,19 +89,19 @@ def test_which_era_a_post_speaks() -> None:
     """A session id makes it legacy (2025-11-25 "Session Management"); else
     the per-request fields, or a modern MCP-Protocol-Version header (2026-07-28
     "Protocol Version Header"), make it modern."""
-    legacy = wire.request(1, "tools/list", {})
-    assert http_requests.post_is_modern({}, modern("tools/list"))
+    legacy = era.is_modern(wire.request(1, "tools/list", {}))
+    body = era.is_modern(modern("tools/list"))
+    assert http_requests.post_is_modern({}, body)
     assert http_requests.post_is_modern({"mcp-protocol-version": " 2026-07-28 "}, legacy)
     assert not http_requests.post_is_modern({"mcp-protocol-version": "2025-11-25"}, legacy)
     assert not http_requests.post_is_modern({}, legacy)
-    assert not http_requests.post_is_modern({"mcp-session-id": "s"}, modern("tools/list"))
+    assert not http_requests.post_is_modern({"mcp-session-id": "s"}, body)
 
 
 def test_a_modern_request_without_the_per_request_fields_is_invalid_params() -> None:
     """2026-07-28 basic "Per-request protocol fields": "fields marked as
     required MUST be included on every request"; -32602 under the request's id."""
-    assert http_requests.missing_request_fields(modern("tools/list")) is None
     error = http_requests.missing_request_fields(wire.request(4, "tools/list", {}))
-    assert error is not None and error["id"] == 4
+    assert error["id"] == 4
     assert error["error"]["code"] == wire.INVALID_PARAMS
     assert era.PROTOCOL_VERSION in error["error"]["message"]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import era, inbound, wire
-from gateway.backs.stdio_back import ServerOutput
+from gateway.backs.server_output import ServerOutput
 from gateway.core import upstream_checks
 from tests.inprocess import MODERN_META, http_gateway
 from tests.scripted import ScriptedServer, gateway, legacy_server

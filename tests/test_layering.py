@@ -8,6 +8,7 @@ imports anyio, time, uuid or os"."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,8 @@ PROTOCOL_LAYERS = ["wire.py", "era.py", "translate.py", "inbound.py", "core"]
 # that; a word not listed here is a new leak and fails).
 PROTOCOL_WORDS_YET_USED = {
     # The re-run states (replay mode, the -32042 re-send) still live in the
-    # runtime's held calls: a warning names the requestState key to set.
-    "runtime/held_calls.py": {"requestState"},
+    # runtime's MRTR bridge: a warning names the requestState key to set.
+    "runtime/mrtr_bridge.py": {"requestState"},
     # Prose for a person (the demo's explanation), not a rule.
     "demo.py": {"resultType"},
 }
@@ -153,3 +154,73 @@ def test_the_allowances_name_real_modules() -> None:
     and mislead: each names a file that exists."""
     for rel in [*FORBIDDEN_YET_IMPORTED, *PROTOCOL_WORDS_YET_USED]:
         assert (ROOT / rel).is_file(), rel
+
+
+# -- docs/design.md's layer diagram, checked against the imports -----------------------
+
+DESIGN = ROOT.parent / "docs" / "design.md"
+# Package plumbing, in no layer: `python -m gateway` and the package marker.
+PLUMBING = {"__init__.py", "__main__.py"}
+_NAME = re.compile(r"[a-z_]+(\.py|/)")
+
+
+def _diagram() -> dict[str, int]:
+    """Each module or package of the diagram in DESIGN §3, by its depth (its
+    line's indentation): a line's names run until the first word that is not one."""
+    text = DESIGN.read_text()
+    section = text[text.index("## 3. Layers") :]
+    block = section[section.index("```\n") + 4 :]
+    block = block[: block.index("```")]
+    depths: dict[str, int] = {}
+    for line in block.splitlines():
+        depth = len(line) - len(line.lstrip(" "))
+        for word in line.split():
+            name = word.rstrip(",")
+            if not _NAME.fullmatch(name):
+                break
+            assert name not in depths, f"{name} is on two lines of the diagram"
+            depths[name] = depth
+    return depths
+
+
+def _unit(path: Path) -> str:
+    """What the diagram calls the module: a package by its directory."""
+    rel = _rel(path)
+    return rel.split("/")[0] + "/" if "/" in rel else rel
+
+
+def _unit_of_import(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] != "gateway" or len(parts) == 1:
+        return None
+    target = ROOT.joinpath(*parts[1:])
+    if (ROOT / parts[1]).is_dir():
+        return parts[1] + "/"
+    if target.with_suffix(".py").is_file() and len(parts) == 2:
+        return parts[1] + ".py"
+    return None  # `from gateway.x import name`: x is counted on its own
+
+
+def test_the_layer_diagram_names_every_module_once() -> None:
+    depths = _diagram()
+    units = {_unit(p) for p in ROOT.rglob("*.py")} - PLUMBING
+    assert sorted(units - set(depths)) == [], "modules the diagram leaves out"
+    assert sorted(set(depths) - units) == [], "names in the diagram that are no module"
+
+
+def test_every_import_points_down_the_layer_diagram() -> None:
+    """DESIGN §3: "Dependencies point down only": every import in gateway/
+    goes to a line below the importer's own, never beside or above it."""
+    depths = _diagram()
+    wrong: set[str] = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        unit = _unit(path)
+        if unit in PLUMBING:
+            continue
+        for name in _imports(path):
+            target = _unit_of_import(name)
+            if target is None or target == unit or target in PLUMBING:
+                continue
+            if depths[target] <= depths[unit]:
+                wrong.add(f"{_rel(path)} imports {name} ({target} is not below {unit})")
+    assert not wrong, "\n".join(sorted(wrong))

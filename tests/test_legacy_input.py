@@ -25,7 +25,8 @@ from gateway.core.legacy_input import (
     UpstreamReplied,
 )
 from gateway.core.routing import Forward, Shape
-from tests.playbook import Placeholder, Playbook, matching
+from tests.gateway_error_finish import gateway_error
+from tests.playbook import Placeholder, Playbook
 
 ELICIT = {"method": "elicitation/create", "params": {"message": "name?", "requestedSchema": {}}}
 SAMPLE = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
@@ -52,20 +53,6 @@ def loop(max_rounds: int = 3, caps: dict[str, Any] | None = None) -> LegacyInput
         "2025-11-25",
         max_rounds,
         new_elicitation_id=lambda: f"e{next(ids)}",
-    )
-
-
-def gateway_error(reason: str, text: str) -> Finish:
-    return Finish(
-        {
-            "jsonrpc": "2.0",
-            "id": "client-1",
-            "error": {
-                "code": wire.INTERNAL_ERROR,
-                "message": matching(text),
-                "data": {"source": wire.GATEWAY_SOURCE, "reason": reason},
-            },
-        }
     )
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gateway import wire
 from gateway.core import legacy_task_tools as tools
 from gateway.core.legacy_tasks import RELATED_TASK
-from tests.test_fuzz_fronts import JSON
+from tests.fuzz_requests import JSON
 
 
 def test_the_tools_that_may_or_must_run_as_tasks_are_named() -> None:

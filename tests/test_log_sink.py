@@ -20,7 +20,7 @@ import structlog
 
 from gateway import log_setup
 from gateway.log_setup import LogSink
-from tests.test_http_front import FLAKY, call, free_port, modern_headers, wait_ready
+from tests.http_gateway_process import FLAKY, call, free_port, modern_headers, wait_ready
 
 
 class Broken(io.StringIO):

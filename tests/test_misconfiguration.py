@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from gateway import config as config_mod
+from tests.refused_start import assert_refused
 
 NOTES = [sys.executable, "-m", "gateway.examples.notes_server"]
 
@@ -65,18 +66,6 @@ def run(
         env={**environ, **(env or {})},
         cwd=Path(__file__).parent.parent,
     )
-
-
-def assert_refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
-    """Exit 2, nothing on stdout, exactly one stderr line naming the problem."""
-    assert result.returncode == 2, result.stderr
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import wire
+from gateway.core import held_call, mrtr_shapes
 from gateway.core import mrtr_bridge as mb
-from gateway.core import mrtr_shapes
 from gateway.core.request_state import Sealer, StateRejected
 
 SEALER = Sealer(b"s" * 32, "gw")
@@ -26,8 +26,8 @@ URL = wire.request(
 ALL_CAPS: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 
 
-def held(caps: dict[str, Any] | None = None, rounds: int = 5) -> mb.HeldCall:
-    return mb.HeldCall(
+def held(caps: dict[str, Any] | None = None, rounds: int = 5) -> held_call.HeldCall:
+    return held_call.HeldCall(
         handle="h",
         principal="p",
         method="tools/call",
@@ -121,7 +121,7 @@ def test_rounds_are_bounded() -> None:
     call = held(rounds=1)
     call.add_ask(ELICIT)
     call.input_required(SEALER, now_ms=0, ttl_ms=1000)
-    with pytest.raises(mb.TooManyRounds):
+    with pytest.raises(held_call.TooManyRounds):
         call.input_required(SEALER, now_ms=0, ttl_ms=1000)
 
 

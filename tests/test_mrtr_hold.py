@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import wire
+from gateway.core import held_call
 from gateway.core import mrtr_bridge as core
 from gateway.core.engine import CancelTimer, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold import HoldTable
@@ -82,8 +83,8 @@ def held(
     replay: bool = False,
     handle: str = "h",
     principal: str = "p",
-) -> core.HeldCall:
-    return core.HeldCall(
+) -> held_call.HeldCall:
+    return held_call.HeldCall(
         handle=None if replay else handle,
         principal=principal,
         method="tools/call",
@@ -123,7 +124,7 @@ def running(
     t: HoldTable,
     client_id: int = 1,
     caps: dict[str, Any] | None = None,
-    call: core.HeldCall | None = None,
+    call: held_call.HeldCall | None = None,
     *,
     logs: bool = False,
 ) -> Playbook:
@@ -779,7 +780,7 @@ def test_replay_mode_parks_nothing() -> None:
 
 
 def test_log_lines_of_a_hold_round() -> None:
-    """The operator's lines are the machine's (runtime/held_calls.py prints them)."""
+    """The operator's lines are the machine's (runtime/mrtr_bridge.py prints them)."""
     t = table()
     state = Placeholder(str)
     assert (
@@ -1061,7 +1062,7 @@ class Driver:
         elif isinstance(cmd, CancelTimer):
             self.timers.discard(cmd.timer)
 
-    def step(self, data: Any) -> None:
+    def step(self, data: Any) -> None:  # noqa: PLR0912 - the rule machine's choice of step
         choices = ["retry"] if self.state else []
         if self.acquiring is not None:
             choices += ["acquired", "gone"] + (["busy"] if self.gave_up else [])

@@ -29,11 +29,11 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.backs import stdio_back
+from gateway.backs import process_start
 from gateway.config import Config
 from gateway.runtime import stdio_app
 from tests.flow_harness import MODERN_META, FlowClient, flow_gateway, wait_for_log
-from tests.test_stdio_e2e import alive
+from tests.stdio_gateway_process import alive
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the subreaper and pidfds are Linux's"
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 
 HERE = Path(__file__).parent
 ORPHANS = [sys.executable, str(HERE / "servers" / "orphan_server.py")]
-KEEPER = stdio_back.KEEPER
+KEEPER = process_start.KEEPER
 # Short, so that what ignores SIGTERM is killed well inside each test's bound.
 GRACE = 1.0
 

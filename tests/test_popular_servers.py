@@ -28,17 +28,10 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.popular import (
-    CLIENTS,
-    HEADING,
-    TRANSPORTS,
-    missing,
-    run_all,
-    section,
-    servers,
-    write_section,
-)
-from compat_matrix.run import INSTALL_HINT, peers_dir
+from compat_matrix.environment import INSTALL_HINT, peers_dir
+from compat_matrix.popular import run_all
+from compat_matrix.popular_report import HEADING, section, write_section
+from compat_matrix.popular_servers import CLIENTS, TRANSPORTS, missing, servers
 
 pytestmark = pytest.mark.peers
 

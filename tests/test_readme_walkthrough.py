@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import INSTALL_HINT, peers_dir
+from compat_matrix.environment import INSTALL_HINT, peers_dir
 
 pytestmark = pytest.mark.peers
 

@@ -5,9 +5,9 @@ SDKs: mcp 1.30.0 / 2.3.0, TS SDK 1.32.2 server-everything, TS SDK 2.4.0) with
 `python -m gateway` in between, and, for the cells the spec says fail, also
 without it, so the test proves that the gateway is what makes them work.
 
-The runs go through `compat_matrix/run.py`'s runner (hard timeout, own process
-group, every spawned process reaped) and all run once per session, two at a
-time. The peers come from `bash peers/install.sh`; when they are missing the
+The runs go through the matrix's runner, `compat_matrix/runner.py` (hard
+timeout, own process group, every spawned process reaped) and all run once
+per session, two at a time. The peers come from `bash peers/install.sh`; when they are missing the
 tests FAIL (CI installs them first), they are never skipped.
 """
 
@@ -19,22 +19,11 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
-    INSTALL_HINT,
-    MRTR_FEATURES,
-    Context,
-    Observation,
-    Run,
-    Via,
-    _observe,
-    find_run,
-    group_runs,
-    judge,
-    load_matrix,
-    missing_peers,
-    peers_dir,
-    run_many,
-)
+from compat_matrix.cells import MRTR_FEATURES, Via, load_matrix
+from compat_matrix.environment import INSTALL_HINT, Context, missing_peers, peers_dir
+from compat_matrix.runner import group_runs, run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import Observation, _observe, judge
 
 pytestmark = pytest.mark.peers
 

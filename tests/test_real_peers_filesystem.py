@@ -23,8 +23,8 @@ from typing import Any
 import anyio
 import pytest
 
-from compat_matrix.run import INSTALL_HINT, peers_dir
-from tests.test_real_peers_notifications import (
+from compat_matrix.environment import INSTALL_HINT, peers_dir
+from tests.raw_gateway_clients import (
     LEGACY_V,
     Stdio,
     V,

@@ -16,11 +16,12 @@ set runs in `python compat_matrix/run.py`):
 - stdio front -> http back (the client spawns `gateway --upstream URL`): the
   dual-era py2 client stays modern in front of py1.
 
-Everything goes through `compat_matrix/run.py`'s runner: the HTTP servers and
-gateways it starts listen on free 127.0.0.1 ports, are awaited (TCP accept, or
-the gateway's /readyz) and stopped by process group; every process is tagged
-and reaped. The peers come from `bash peers/install.sh`; when they are missing
-the tests FAIL, they are never skipped.
+Everything goes through the matrix's runner (`compat_matrix/runner.py`): the
+HTTP servers and gateways it starts listen on free 127.0.0.1 ports, are
+awaited (TCP accept, or the gateway's /readyz) and stopped by process group;
+every process is tagged and reaped. The peers come from
+`bash peers/install.sh`; when they are missing the tests FAIL, they are
+never skipped.
 """
 
 from __future__ import annotations
@@ -33,23 +34,11 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
-    INSTALL_HINT,
-    MRTR_FEATURES,
-    ROUTES,
-    Context,
-    Observation,
-    Peer,
-    Run,
-    Via,
-    find_run,
-    judge,
-    load_matrix,
-    missing_peers,
-    peers_dir,
-    run_job,
-    run_many,
-)
+from compat_matrix.cells import MRTR_FEATURES, ROUTES, Peer, Via, load_matrix
+from compat_matrix.environment import INSTALL_HINT, Context, missing_peers, peers_dir
+from compat_matrix.runner import run_job, run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import Observation, judge
 
 pytestmark = pytest.mark.peers
 

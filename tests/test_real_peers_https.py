@@ -38,7 +38,7 @@ import pytest
 from anyio.abc import Process
 
 from bench.https_back import tls_terminator
-from compat_matrix.run import INSTALL_HINT, peers_dir
+from compat_matrix.environment import INSTALL_HINT, peers_dir
 from tests.replicas import free_port, haproxy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]

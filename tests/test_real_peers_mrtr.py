@@ -18,9 +18,9 @@ Multi round-trip requests (2026-07-28) on one side, server-initiated requests
 - 32 concurrent modern MRTR calls through ONE gateway process to the real py1
   server, each answered with its own name, each getting its own greeting back.
 
-Everything goes through `compat_matrix/run.py`'s runner (hard timeout, own
-process group, every spawned process reaped), once per session, two client
-runs at a time. The peers come from `bash peers/install.sh`; when they are
+Everything goes through the matrix's runner, `compat_matrix/runner.py` (hard
+timeout, own process group, every spawned process reaped), once per session,
+two client runs at a time. The peers come from `bash peers/install.sh`; when they are
 missing the tests FAIL, they are never skipped.
 """
 
@@ -33,22 +33,11 @@ from typing import Any
 
 import pytest
 
-from compat_matrix.run import (
-    INSTALL_HINT,
-    MRTR_FEATURES,
-    URL_REQUIRED,
-    Context,
-    Matrix,
-    Observation,
-    Peer,
-    Run,
-    find_run,
-    judge,
-    load_matrix,
-    missing_peers,
-    peers_dir,
-    run_many,
-)
+from compat_matrix.cells import MRTR_FEATURES, URL_REQUIRED, Matrix, Peer, load_matrix
+from compat_matrix.environment import INSTALL_HINT, Context, missing_peers, peers_dir
+from compat_matrix.runner import run_many
+from compat_matrix.runs import Run, find_run
+from compat_matrix.verdicts import Observation, judge
 
 pytestmark = pytest.mark.peers
 

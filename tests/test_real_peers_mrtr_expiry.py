@@ -21,7 +21,6 @@ timers itself rather than waiting for `state_ttl`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,12 +32,13 @@ import anyio.lowlevel
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from compat_matrix.run import INSTALL_HINT, missing_peers, peers_dir
+from compat_matrix.environment import INSTALL_HINT, missing_peers, peers_dir
 from gateway import era, wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core.mrtr_hold_events import Expiry
 from gateway.runtime.service import GatewayService
+from tests.inprocess_service import in_process_service
 
 pytestmark = [pytest.mark.peers, pytest.mark.anyio]
 
@@ -84,20 +84,8 @@ class InProcess:
 @asynccontextmanager
 async def in_process(**config: Any) -> AsyncIterator[InProcess]:
     cfg = Config(command=py1_server(), probe_timeout=5, request_timeout=60, **config)
-    async with anyio.create_task_group() as tg:
-        service = GatewayService(cfg)
-        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
-        service.links.add(link)
-        await service.start(tg)
-        try:
-            async with send, receive, anyio.create_task_group() as requests:
-                yield InProcess(service, link, receive, requests)
-                requests.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await service.aclose()
-            tg.cancel_scope.cancel()
+    async with in_process_service(cfg) as c:
+        yield InProcess(c.service, c.link, c.inbox, c.requests)
 
 
 def ask_name(msg_id: int) -> wire.Message:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.http_back_support import PEERS, free_port
-from tests.test_real_peers_dual import ANSWER, ASKED, SERVER, legacy_client
+from tests.push_peers import ANSWER, ASKED, SERVER, legacy_client
 
 pytestmark = [pytest.mark.peers]
 

@@ -29,7 +29,7 @@ import anyio
 import pytest
 
 from tests.http_back_support import Peer, free_port
-from tests.test_real_peers_notifications import http_gateway_process
+from tests.raw_gateway_clients import http_gateway_process
 
 pytestmark = pytest.mark.peers
 

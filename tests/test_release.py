@@ -19,7 +19,8 @@ from gateway.fronts import http_calls
 from gateway.fronts.http_output import HttpOutput
 from gateway.runtime.service import GatewayService
 from gateway.runtime.upstream_session import UpstreamSession
-from gateway.upstream_errors import UpstreamGone, UpstreamTimeout
+from gateway.upstream_errors import UpstreamGone, UpstreamNotReading, UpstreamTimeout
+from tests.held_counts import NOTHING_HELD, held
 from tests.inprocess import HttpGateway, http_gateway
 from tests.scripted import MODERN_META, Client, ScriptedServer, gateway, legacy_server
 
@@ -38,31 +39,6 @@ def _is_injected(exc: BaseException) -> bool:
 
 async def echo(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "ok"}]}
-
-
-def held(service: GatewayService) -> dict[str, int]:
-    """Everything client calls hold, summed over links and upstream sessions."""
-    sessions = list(service.pool.sessions.values())
-    return {
-        "inflight": sum(len(link.inflight) for link in service.links),
-        "server_requests": sum(len(link.server_requests) for link in service.links),
-        "lease_readers": sum(s.lease.readers for s in sessions),
-        "lease_holders": sum(s.lease.holder is not None for s in sessions),
-        "lease_waiting": sum(s.lease.waiting_writers for s in sessions),
-        "pending": sum(len(s.pending) for s in sessions),
-        "progress": sum(len(s.progress) for s in sessions),
-    }
-
-
-NOTHING_HELD = {
-    "inflight": 0,
-    "server_requests": 0,
-    "lease_readers": 0,
-    "lease_holders": 0,
-    "lease_waiting": 0,
-    "pending": 0,
-    "progress": 0,
-}
 
 
 async def settle(c: Client) -> UpstreamSession:
@@ -99,7 +75,7 @@ async def wait_released(service: GatewayService) -> None:
             await anyio.lowlevel.checkpoint()
 
 
-# -- the fast path (no task): a step that fails gives the lease share back ------------
+# -- a call sent at once (no task): a step that fails gives the lease share back ------
 
 
 async def test_fast_path_start_failure_releases_the_lease_share(
@@ -123,7 +99,7 @@ async def test_fast_path_start_failure_releases_the_lease_share(
         assert held(c.service) == NOTHING_HELD
 
 
-async def test_fast_path_upstream_gone_at_start_falls_back_and_releases(
+async def test_a_session_gone_as_the_call_is_sent_fails_it_and_releases(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with gateway(legacy_server({"tools/call": echo})) as c:
@@ -144,13 +120,14 @@ async def test_fast_path_upstream_gone_at_start_falls_back_and_releases(
         await wait_released(c.service)
 
 
-# -- the task path: each step that can fail ------------------------------------------
+# -- each step of the one path that can fail -----------------------------------------
 
 
 def _fail_session_for(service: GatewayService, session: UpstreamSession) -> None:
     async def session_for(*args: Any, **kwargs: Any) -> UpstreamSession:
         raise UpstreamGone("upstream exited during start-up")
 
+    service.pool.session_now = lambda *args, **kwargs: None  # type: ignore[method-assign]
     service.pool.session_for = session_for  # type: ignore[method-assign]
 
 
@@ -158,42 +135,58 @@ def _fail_lease_wait(service: GatewayService, session: UpstreamSession) -> None:
     async def acquire_shared() -> None:
         raise TimeoutError
 
+    session.lease.can_share_now = lambda: False  # type: ignore[method-assign]
     session.lease.acquire_shared = acquire_shared  # type: ignore[method-assign]
 
 
-def _fail_call(service: GatewayService, session: UpstreamSession) -> None:
-    async def call(*args: Any, **kwargs: Any) -> wire.Message:
-        raise UpstreamTimeout("upstream did not answer tools/call within 5s")
-
-    session.call = call  # type: ignore[method-assign]
-
-
 def _fail_send(service: GatewayService, session: UpstreamSession) -> None:
+    def start_call(*args: Any, **kwargs: Any) -> int:
+        raise UpstreamNotReading("the server has not read the 9 bytes queued for it")
+
+    session.start_call = start_call  # type: ignore[method-assign]
+
+
+def _fail_call(service: GatewayService, session: UpstreamSession) -> None:
+    """The call is sent, and fails before the server answers (its bound
+    passes as it is sent, the hardest moment)."""
+    real = session.start_call
+
+    def start_call(*args: Any, **kwargs: Any) -> int:
+        msg_id = real(*args, **kwargs)
+        session.pending[msg_id].fail(UpstreamTimeout("upstream did not answer tools/call in 5s"))
+        return msg_id
+
+    session.start_call = start_call  # type: ignore[method-assign]
+
+
+def _fail_answer(service: GatewayService, session: UpstreamSession) -> None:
+    def send_nowait(msg: wire.Message) -> None:
+        raise anyio.BrokenResourceError
+
+    async def send(msg: wire.Message) -> None:
+        raise anyio.BrokenResourceError
+
     for link in service.links:
-
-        async def send(msg: wire.Message) -> None:
-            raise anyio.BrokenResourceError
-
-        link.send = send
+        link.send, link.send_nowait = send, send_nowait
 
 
 STEPS = {
     "session_for": _fail_session_for,
     "lease": _fail_lease_wait,
+    "upstream write": _fail_send,
     "upstream call": _fail_call,
-    "answer to the client": _fail_send,
+    "answer to the client": _fail_answer,
 }
 
 
 @pytest.mark.parametrize("step", list(STEPS))
-async def test_task_path_failure_at_each_step_releases_everything(
+async def test_a_failure_at_each_step_releases_everything(
     step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # More failures than max_inflight_per_client: a leaked slot would show.
     async with gateway(legacy_server({"tools/call": echo}), max_inflight_per_client=2) as c:
         session = await settle(c)
-        monkeypatch.setattr(c.service.calls, "_send_now", lambda link, msg, traced: False)
-        send = c.link.send
+        send, send_nowait = c.link.send, c.link.send_nowait
         STEPS[step](c.service, session)
         for msg_id in (20, 21, 22):
             await call_with_token(c, msg_id)
@@ -202,11 +195,12 @@ async def test_task_path_failure_at_each_step_releases_everything(
                 assert reply["error"]["data"]["source"] == wire.GATEWAY_SOURCE, reply
                 assert reply["error"]["data"]["reason"] != "inflight-limit", reply
             await wait_released(c.service)
-        monkeypatch.undo()
-        c.service.pool.__dict__.pop("session_for", None)
-        session.__dict__.pop("call", None)
+        for name in ("session_for", "session_now"):
+            c.service.pool.__dict__.pop(name, None)
+        session.__dict__.pop("start_call", None)
         session.lease.__dict__.pop("acquire_shared", None)
-        c.link.send = send
+        session.lease.__dict__.pop("can_share_now", None)
+        c.link.send, c.link.send_nowait = send, send_nowait
         assert "result" in await c.call("tools/call", {"name": "x", "arguments": {}})
         assert held(c.service) == NOTHING_HELD
 

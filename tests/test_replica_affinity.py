@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from bench.http_client import retry_params
-from tests.test_http_front import V, modern_headers
-from tests.test_upstream_watch import FAST, _gateway, _until_readyz
+from tests.http_gateway_process import FAST, V, _gateway, _until_readyz, modern_headers
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.sse_sessions import MAX_BATCH_BYTES, EventQueue, message_event
 from tests.inprocess import http_gateway
 from tests.scripted import legacy_server
-from tests.test_sse_front import messages, open_stream, sse_get
+from tests.sse_streams import messages, open_stream, sse_get
 
 
 async def test_replies_queued_together_go_out_in_one_write() -> None:

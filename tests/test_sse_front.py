@@ -5,8 +5,7 @@ tokens, keep-alive comments, a client that stops reading, and the switch."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, MutableMapping
-from contextlib import asynccontextmanager
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
@@ -21,6 +20,7 @@ from tests.inprocess import Exchange, HttpGateway, http_gateway
 from tests.log_events import log_events
 from tests.mock_clock import on_mock_clock
 from tests.scripted import legacy_server
+from tests.sse_streams import messages, open_stream, sse_get
 
 INIT = wire.request(
     1,
@@ -35,30 +35,6 @@ INIT = wire.request(
 
 async def hello(server: Any, msg: wire.Message) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "hello"}]}
-
-
-def sse_get(headers: dict[str, str] | None = None) -> Exchange:
-    exchange = Exchange("GET", {"accept": "text/event-stream", **(headers or {})})
-    exchange.scope["path"] = "/sse"
-    exchange.scope["raw_path"] = b"/sse"
-    return exchange
-
-
-def messages(exchange: Exchange) -> list[dict[str, Any]]:
-    """The `message` events' JSON-RPC messages (not the `endpoint` event)."""
-    return [orjson.loads(e["data"]) for e in exchange.events() if e.get("event") == "message"]
-
-
-@asynccontextmanager
-async def open_stream(g: HttpGateway, exchange: Exchange) -> AsyncIterator[str]:
-    """Run the GET in a task; the path its endpoint event names."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(exchange.run, g.front)
-        await exchange.wait_until(lambda: bool(exchange.events()), timeout=5)
-        event = exchange.events()[0]
-        assert event["event"] == "endpoint"
-        yield event["data"]
-        exchange.gone.set()
 
 
 async def post(g: HttpGateway, path: str, msg: Any, **headers: str) -> Any:

@@ -214,9 +214,14 @@ async def _tools(server: ScriptedServer, msg: wire.Message) -> dict[str, Any]:
 
 
 async def _legacy_call_answering_roots(c: Client) -> wire.Message:
+    """The reply to a first call, once the client has answered the server's
+    roots/list too (the server may ask before the call, or during it and
+    answer the call first: both reach the client)."""
     await c.send(wire.request(99, "tools/list", {}))
+    reply: wire.Message | None = None
+    answered = False
     with anyio.fail_after(5):
-        while True:
+        while reply is None or not answered:  # ends with both (or the bound)
             msg = await c.inbox.receive()
             if msg.get("method") == "roots/list":
                 await c.service.handle_client_message(
@@ -224,8 +229,11 @@ async def _legacy_call_answering_roots(c: Client) -> wire.Message:
                     wire.result_response(msg["id"], {"roots": [{"uri": "file:///legacy"}]}),
                     c.requests,
                 )
+                answered = True
             elif msg.get("id") == 99 and "method" not in msg:
-                return msg
+                reply = msg
+    await anyio.wait_all_tasks_blocked()  # the answer on its way to the server
+    return reply
 
 
 def test_roots_config_takes_paths_and_tables(tmp_path: Path) -> None:

@@ -17,13 +17,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway import wire
-from gateway.backs import stdio_back
-from gateway.backs.stdio_back import (
-    STDERR_BATCH_BYTES,
-    STDERR_BATCH_SECONDS,
-    StdioServerProcess,
-    pump_lines,
-)
+from gateway.backs import server_output
+from gateway.backs.server_output import STDERR_BATCH_BYTES, STDERR_BATCH_SECONDS, pump_lines
+from gateway.backs.stdio_back import StdioServerProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -91,4 +87,4 @@ async def test_a_real_server_s_lines_all_reach_the_log_and_the_tail_in_order() -
             words = await proc.last_words(timeout=10)
             await proc.aclose(5.0)
     assert [e["line"] for e in logs if e["event"] == "upstream stderr"] == lines
-    assert words == lines[-stdio_back.STDERR_TAIL_LINES :]
+    assert words == lines[-server_output.STDERR_TAIL_LINES :]

@@ -16,8 +16,9 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.backs import stdio_back
-from gateway.backs.stdio_back import ServerExited, StdioServerProcess
+from gateway.backs import process_start
+from gateway.backs.server_output import ServerExited
+from gateway.backs.stdio_back import StdioServerProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +38,7 @@ IGNORES_EOF_AND_SIGTERM = (
 @pytest.fixture(params=["keeper", "no-keeper"], autouse=True)
 def keeper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "no-keeper":
-        monkeypatch.setattr(stdio_back, "KEEPER", None)
+        monkeypatch.setattr(process_start, "KEEPER", None)
     return str(request.param)
 
 
@@ -49,7 +50,7 @@ def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
             raise OSError(errno.ENOSYS, "Function not implemented")
 
         monkeypatch.setattr(os, "pidfd_open", refused)
-        monkeypatch.setattr(stdio_back, "_no_pidfd_said", set(), raising=False)
+        monkeypatch.setattr(process_start, "_no_pidfd_said", set())
     return str(request.param)
 
 

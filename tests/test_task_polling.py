@@ -27,8 +27,8 @@ from gateway.core.legacy_input import (
 )
 from gateway.core.profile import UpstreamProfile
 from gateway.core.routing import Forward, LegacyClientSession, Shape
+from tests.gateway_error_finish import gateway_error
 from tests.playbook import Playbook
-from tests.test_legacy_input import gateway_error
 
 META = {
     era.PROTOCOL_VERSION: "2026-07-28",

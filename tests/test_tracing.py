@@ -31,8 +31,8 @@ from gateway import cli, wire
 from gateway.config import Config, ConfigError, load
 from gateway.core import trace_context as tc
 from tests.inprocess import http_gateway
+from tests.mrtr_calls import ELICIT, accept, ask_name, meta, mrtr_tool, send_and_wait
 from tests.scripted import Recorder, ScriptedServer, gateway, legacy_server, modern_server
-from tests.test_mrtr_bridge import ELICIT, accept, ask_name, meta, mrtr_tool, send_and_wait
 
 pytestmark = pytest.mark.anyio
 

@@ -7,21 +7,18 @@ not change what a client sees."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from gateway import wire
 from gateway.backs.http_back import HttpConnectionEnded
 from gateway.backs.http_failures import HttpClientError
-from gateway.backs.stdio_back import ServerExited, StdioServerProcess
-from gateway.client_link import ClientLink
+from gateway.backs.server_output import ServerExited
+from gateway.backs.stdio_back import StdioServerProcess
 from gateway.config import Config
 from gateway.core.upstream_failures import failure_reply
-from gateway.runtime.service import GatewayService
 from gateway.upstream_errors import (
     ConnectionLost,
     Contradicted,
@@ -35,6 +32,7 @@ from gateway.upstream_errors import (
     UpstreamUnavailable,
     map_exceptions,
 )
+from tests.inprocess_service import in_process_service
 from tests.scripted import MODERN_META
 
 pytestmark = pytest.mark.anyio
@@ -142,22 +140,14 @@ async def test_a_client_of_a_server_that_cannot_start_gets_unavailable(tmp_path:
     words>", data.reason "upstream-unavailable"."""
     missing = str(tmp_path / "no-such-server")
     cfg = Config(command=(missing,), probe_timeout=1, request_timeout=2)
-    async with anyio.create_task_group() as tg:
-        service = GatewayService(cfg)
-        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
-        service.links.add(link)
-        await service.start(tg)
+    async with in_process_service(cfg) as c:
         msg: dict[str, Any] = wire.request(
             1,
             "tools/list",
             {"_meta": dict(MODERN_META)},
         )
-        await service.handle_client_message(link, msg, tg)
-        with send, receive, anyio.fail_after(5):
-            reply = await receive.receive()
-        await service.aclose()
-        tg.cancel_scope.cancel()
+        await c.send(msg)
+        reply = await c.next(timeout=5)
     error = reply["error"]
     assert reply["id"] == 1 and error["code"] == wire.INTERNAL_ERROR
     assert error["message"].startswith("Upstream server unavailable: ")

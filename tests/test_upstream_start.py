@@ -5,7 +5,6 @@ fail start-up")."""
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,16 +17,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from structlog.testing import capture_logs
 
 from gateway import cli, wire
-from gateway.backs.stdio_back import (
-    STDERR_LINE_BYTES,
-    STDERR_TAIL_LINES,
-    ServerExited,
-    StdioServerProcess,
-)
+from gateway.backs.server_output import STDERR_LINE_BYTES, STDERR_TAIL_LINES, ServerExited
+from gateway.backs.stdio_back import StdioServerProcess
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.probe_command import run_probe
 from gateway.runtime.service import GatewayService
+from tests.inprocess_service import in_process_service
 from tests.scripted import MODERN_META, ScriptedServer, gateway
 
 pytestmark = pytest.mark.anyio
@@ -44,24 +40,14 @@ DIES_WITH_A_REASON = (
 async def real_gateway(**config: Any) -> AsyncIterator[tuple[GatewayService, ClientLink, Any]]:
     """The service in-process over a real upstream command (no front)."""
     cfg = Config(**{"probe_timeout": 2.0, "startup_timeout": 10.0, **config})
-    async with anyio.create_task_group() as tg:
-        service = GatewayService(cfg)
-        send, receive = anyio.create_memory_object_stream[wire.Message](math.inf)
-        link = ClientLink.over_stream(send, transport="test")
-        service.links.add(link)
-        await service.start(tg)
-        async with send, receive, anyio.create_task_group() as requests:
+    async with in_process_service(cfg) as c:
 
-            async def call(msg_id: int) -> wire.Message:
-                params = {"name": "x", "arguments": {}, "_meta": dict(MODERN_META)}
-                await service.handle_client_message(
-                    link, wire.request(msg_id, "tools/call", params), requests
-                )
-                return await _reply(receive, msg_id)
+        async def call(msg_id: int) -> wire.Message:
+            params = {"name": "x", "arguments": {}, "_meta": dict(MODERN_META)}
+            await c.send(wire.request(msg_id, "tools/call", params))
+            return await _reply(c.inbox, msg_id)
 
-            yield service, link, call
-        await service.aclose()
-        tg.cancel_scope.cancel()
+        yield c.service, c.link, call
 
 
 async def _reply(inbox: MemoryObjectReceiveStream[wire.Message], msg_id: int) -> wire.Message:

@@ -18,70 +18,27 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
-import httpx
 import pytest
 from anyio.abc import Process
 
-from tests.test_http_front import FLAKY, META, _children, call, free_port, modern_headers
+from tests.http_gateway_process import (
+    FAST,
+    FLAKY,
+    META,
+    _children,
+    _gateway,
+    _until_readyz,
+    call,
+    free_port,
+    modern_headers,
+)
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).parent.parent
-# Quick re-probes, so that each wait below is short.
-FAST = """
-[upstream]
-health_interval = 0.2
-restart_backoff_initial = 0.05
-restart_backoff_max = 0.2
-probe_timeout = 2
-"""
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}
-
-
-@asynccontextmanager
-async def _gateway(
-    tmp_path: Path, upstream: list[str], config: str = FAST
-) -> AsyncIterator[tuple[Process, httpx.AsyncClient]]:
-    port = free_port()
-    (tmp_path / "gw.toml").write_text(config)
-    cmd = [sys.executable, "-m", "gateway", "--config", str(tmp_path / "gw.toml")]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--log-level", "warning", *upstream]
-    process = await anyio.open_process(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            await _until_listening(client)
-            yield process, client
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.fail_after(10):
-            await process.wait()
-
-
-async def _until_listening(client: httpx.AsyncClient) -> None:
-    with anyio.fail_after(15):
-        while True:  # ends when the port answers (or the bound)
-            try:
-                await client.get("/healthz")
-                return
-            except httpx.TransportError:
-                await anyio.sleep(0.05)
-
-
-async def _until_readyz(
-    client: httpx.AsyncClient, status: int, within: float = 10, saying: str = ""
-) -> Any:
-    """/readyz's details once it answers `status` with `saying` in its reason
-    (polled every 50 ms)."""
-    with anyio.fail_after(within):
-        while True:  # ends when /readyz answers so (or the bound)
-            answer = await client.get("/readyz")
-            if answer.status_code == status and saying in answer.json().get("reason", ""):
-                return answer.json()
-            await anyio.sleep(0.05)
 
 
 @asynccontextmanager

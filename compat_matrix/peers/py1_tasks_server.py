@@ -16,7 +16,7 @@ import warnings
 from typing import Any
 
 import anyio
-import mcp.types as types
+from mcp import types
 from mcp.server.experimental.task_context import ServerTaskContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -73,7 +73,11 @@ async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
         return await ctx.experimental.run_task(slow)
 
     async def ask(task: ServerTaskContext) -> types.CallToolResult:
-        schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        schema = {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        }
         answer = await task.elicit(message="Your name?", requestedSchema=schema)
         who = (answer.content or {}).get("name")
         return text(f"hello {who}")

@@ -68,7 +68,7 @@ class TaskIdParams(RequestParams):
 
 class UpdateParams(RequestParams):
     taskId: str
-    inputResponses: dict[str, Any] = {}
+    inputResponses: dict[str, Any] = {}  # noqa: RUF012 (pydantic copies a default per instance)
 
 
 def known(task_id: str) -> dict[str, Any]:

@@ -6,306 +6,54 @@ It makes no protocol decisions. The pipes are non-blocking file descriptors
 (see gateway.pipes) and the exit is watched through a pipe or a pidfd, so
 nothing here needs a thread.
 
-The server is started through a keeper (gateway/backs/process_keeper.py, a
-small Python process of its own between the gateway and the server): it ends
-everything the server started when the server ends or the gateway does, even
-by SIGKILL (issue #29, class 6), and tells the gateway the server's pid and,
-the moment it happens, its exit. Where the keeper cannot be run (the gateway
-is not run by a Python interpreter with its sources on disk: a frozen
-binary), the server is the gateway's own child, with a parent-death signal,
-and its exit is watched through a pidfd; where there is no pidfd (macOS,
-Linux before 5.3, a seccomp profile or sandbox that refuses pidfd_open), it
-is polled instead.
+How the process is started (through a keeper) is gateway.backs.process_start;
+what it writes, read as messages and log lines, gateway.backs.server_output.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import os
 import signal
 import subprocess
-import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 import structlog
 
 from gateway import wire
-from gateway.core import upstream_checks
+from gateway.backs import process_start
+from gateway.backs.process_start import (
+    EXIT_POLL_FIRST,
+    EXIT_POLL_LAST,
+    KEEPER_END_MARGIN,
+    KeeperReport,
+    keeper_command,
+    keeper_started,
+    open_pidfd,
+    popen_for,
+    reaped,
+)
+from gateway.backs.server_output import (
+    STDERR_LINE_BYTES,
+    STDERR_LOG_BURST,
+    STDERR_LOG_BYTES,
+    STDERR_LOG_INTERVAL,
+    STDERR_SETTLE_SECONDS,
+    STDERR_TAIL_LINES,
+    ServerExited,
+    ServerOutput,
+    pump_lines,
+)
 from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
 from gateway.log_limit import LogLimiter
 from gateway.peer_queue import PeerQueue, QueueFull
 from gateway.pipes import PipeReader, PipeWriter
-from gateway.upstream_errors import (
-    ConnectionLost,
-    ServerNotStarted,
-    UpstreamNotReading,
-    map_exceptions,
-)
+from gateway.upstream_errors import UpstreamNotReading
 
 log = structlog.get_logger("gateway.backs.stdio")
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-# The keeper, run as `python -I -S process_keeper.py ...`: isolated from the
-# server's PYTHON* variables and site-packages, importing builtins only. None
-# where it cannot be run (no interpreter to run it: a frozen gateway; its
-# source not on disk: a zipapp).
-def _keeper_script() -> Path | None:
-    script = Path(__file__).with_name("process_keeper.py")
-    if not sys.executable or getattr(sys, "frozen", False) or not script.is_file():
-        return None
-    return script
-
-
-KEEPER = _keeper_script()
-# How long the keeper may take to say the server runs (it takes ~15 ms).
-KEEPER_START_TIMEOUT = 10.0
-# Past the keeper's own bounds (its grace, then KILL_PATIENCE), how long the
-# gateway waits for it to end before it kills it and the server's group.
-KEEPER_END_MARGIN = 5.0
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec (only where there is no keeper): if the
-    gateway is killed outright (SIGKILL leaves it no time to stop its
-    upstream), the kernel sends the server SIGTERM. Linux only; elsewhere a
-    no-op."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-# The end of the server's stderr is kept, so that when it dies its own reason
-# ("No module named ...", "API_KEY missing") reaches the client and the log:
-# this many lines, each cut to this many bytes.
-STDERR_TAIL_LINES = 10
-STDERR_LINE_BYTES = 400
-# The server's stderr goes to the log (at info), but a chatty or looping
-# server must not flood it: this many lines per interval, each cut to this
-# many bytes; the next line logged after a quiet spell says how many were not.
-STDERR_LOG_BURST = 50
-STDERR_LOG_INTERVAL = 10.0
-STDERR_LOG_BYTES = 2000
-# The stderr is diagnostics, not protocol: after a read the pump waits this
-# long before it reads again, so the lines written meanwhile come in one
-# chunk. A server that logs a line per request (the MCP Python SDK's servers
-# do, at info) then costs the gateway a wake-up per interval instead of one
-# per request: in front of mcp 1.30 FastMCP at one call at a time, 4.5 fewer
-# system calls and 8 % fewer instructions a call (tests/test_stderr_pump.py).
-# A read of this many bytes or more goes on at once: a server writing faster
-# than that is never held up on a full pipe.
-STDERR_BATCH_SECONDS = 0.05
-STDERR_BATCH_BYTES = 16 * 1024
-# How many of those lines an error message quotes, and how long it waits for
-# the pipe to be read to its end after the exit (a child that inherited it may
-# hold it open).
-STDERR_QUOTED_LINES = 3
-# Without a pidfd, how often an exit being waited for is polled: from the
-# first interval, doubling up to the last (an exit is seen within that).
-EXIT_POLL_FIRST = 0.001
-EXIT_POLL_LAST = 0.05
-STDERR_SETTLE_SECONDS = 0.5
-
-
-async def pump_lines(
-    read: Callable[[], Awaitable[bytes]],
-    handle: Callable[[list[bytes | wire.Oversized]], None],
-    pause: Callable[[float], Awaitable[None]],
-) -> None:
-    """Hand `handle` the lines of what `read` returns until it returns b""
-    (the last line even without its newline), pausing after each small
-    read (STDERR_BATCH_SECONDS) so that lines come in batches."""
-    splitter = wire.LineSplitter(64 * 1024)
-    while chunk := await read():
-        handle(splitter.feed(chunk))
-        if len(chunk) < STDERR_BATCH_BYTES:
-            await pause(STDERR_BATCH_SECONDS)
-    handle(splitter.close())
-
-
-def stderr_summary(tail: Sequence[str]) -> str:
-    """The last lines of a server's stderr, for an error message ("" if none)."""
-    quoted = [line for line in tail if line.strip()][-STDERR_QUOTED_LINES:]
-    return " | ".join(quoted)
-
-
-class ServerExited(ConnectionLost):
-    def __init__(self, returncode: int | None, stderr: Sequence[str] = ()) -> None:
-        text = f"upstream server exited (code {returncode})"
-        summary = stderr_summary(stderr)
-        super().__init__(f"{text}; its stderr ends: {summary}" if summary else text)
-        self.returncode = returncode
-        self.stderr = list(stderr)
-
-
-def _not_started(exc: Exception) -> ServerNotStarted:
-    return ServerNotStarted(str(exc))
-
-
-class ServerOutput:
-    """What a stdio server writes, as messages: framed by lines (bounded by
-    `max_bytes`) and screened (gateway.core.upstream_checks). A refused line
-    is logged (at most once a minute), stands in as an error for the call it
-    names, and a malformed request of the server's is answered with `reply`."""
-
-    def __init__(
-        self, max_bytes: int, reply: Callable[[wire.Message], None], *, label: str
-    ) -> None:
-        self._splitter = wire.LineSplitter(max_bytes)
-        self._max_bytes = max_bytes
-        self._reply = reply
-        self._label = label
-        # A server that writes junk in a loop gets one log line a minute.
-        self._junk_log = LogLimiter(log)
-
-    def feed(self, chunk: bytes) -> list[wire.Message]:
-        return self._take(self._splitter.feed(chunk))
-
-    def close(self) -> list[wire.Message]:
-        return self._take(self._splitter.close())
-
-    def _take(self, items: list[bytes | wire.Oversized]) -> list[wire.Message]:
-        out: list[wire.Message] = []
-        for item in items:
-            if isinstance(item, wire.Oversized):
-                # Its bytes are gone; its edges may still name the call it
-                # answered (otherwise that call ends with its timeout).
-                refused = upstream_checks.oversized(item, self._max_bytes)
-                self._junk_log.warning(
-                    "upstream message over the size limit dropped",
-                    size=item.size,
-                    call_failed=refused.to_call is not None,
-                    session=self._label,
-                )
-                if refused.to_call is not None:
-                    out.append(refused.to_call)
-                continue
-            outcome = upstream_checks.screen_line(item)
-            if not isinstance(outcome, upstream_checks.Refused):
-                out.append(outcome)
-                continue
-            # 2026-07-28 stdio: a server must write only MCP messages; a stray
-            # or malformed line is the server's bug, not a reason to stop.
-            self._junk_log.warning(
-                "upstream sent a malformed message",
-                reason=outcome.reason,
-                line=item[:200].decode("utf-8", "replace"),
-                session=self._label,
-            )
-            if outcome.to_call is not None:
-                out.append(outcome.to_call)
-            if outcome.to_server is not None:
-                self._reply(outcome.to_server)
-        return out
-
-
-class KeeperReport:
-    """What the keeper says on its report pipe (see process_keeper): the
-    server's pid, or the errno it could not be started with; the server's
-    exit status; that it left something running. The end of the pipe is the
-    keeper's end. Read without blocking, by one task at a time."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        os.set_blocking(fd, False)
-        self._buf = b""
-        self.pid: int | None = None
-        self.error: int | None = None
-        self.exit: int | None = None
-        self.left = False
-        self.eof = False
-
-    def read(self) -> None:
-        while not self.eof and self.fd >= 0:
-            try:
-                chunk = os.read(self.fd, 4096)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.eof = True
-                return
-            *lines, self._buf = (self._buf + chunk).split(b"\n")
-            for line in lines:
-                self._take(line)
-
-    def _take(self, line: bytes) -> None:
-        word, _, value = line.partition(b" ")
-        with contextlib.suppress(ValueError):
-            if word == b"pid":
-                self.pid = int(value)
-            elif word == b"error":
-                self.error = int(value)
-            elif word == b"exit":
-                self.exit = int(value)
-            elif word == b"left":
-                self.left = True
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            anyio.notify_closing(self.fd)
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-        self.eof = True
-
-
-def _keeper_command(
-    report_fd: int, grace: float, command: Sequence[str], env: Mapping[str, str]
-) -> list[str]:
-    assert KEEPER is not None
-    ctype = env.get("LC_CTYPE")
-    return [
-        sys.executable,
-        "-I",
-        "-S",
-        str(KEEPER),
-        str(report_fd),
-        repr(grace),
-        str(os.getpid()),
-        "-" if ctype is None else f"={ctype}",
-        "--",
-        *command,
-    ]
-
-
-# Why pidfd_open failed, each reason said once in the log (not once a spawn).
-_no_pidfd_said: set[str] = set()
-
-
-def _open_pidfd(pid: int) -> int:
-    """A pidfd for the exit to wait on, or -1 where the system gives none
-    (exits are then polled)."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not on this system"
-        if why not in _no_pidfd_said:
-            _no_pidfd_said.add(why)
-            log.info("no pidfd_open; upstream exits are polled", reason=why)
-        return -1
-
-
-async def _reaped(popen: subprocess.Popen[bytes], pidfd: int, timeout: float) -> None:
-    """Wait for `popen` to exit, at most `timeout`, and reap it."""
-    with anyio.move_on_after(timeout):
-        delay = EXIT_POLL_FIRST
-        while popen.poll() is None:  # each pass waits on the pidfd
-            if pidfd >= 0:
-                await anyio.wait_readable(pidfd)
-            else:
-                await anyio.sleep(delay)
-                delay = min(delay * 2, EXIT_POLL_LAST)
 
 
 class StdioServerProcess:
@@ -331,7 +79,7 @@ class StdioServerProcess:
         self._to_server = PeerQueue(self._stdin, bounds, "server", label=f"pid {self.pid}")
         self._stdout = PipeReader(popen.stdout.fileno())
         self._stderr = PipeReader(popen.stderr.fileno())
-        self._pidfd = _open_pidfd(popen.pid) if pidfd is None else pidfd
+        self._pidfd = open_pidfd(popen.pid) if pidfd is None else pidfd
         self._exit_lock = anyio.Lock(fast_acquire=True)
         # Set by the exit watcher (run_background), the one waiter on the
         # pidfd while it runs.
@@ -362,85 +110,27 @@ class StdioServerProcess:
         leaves running gets between SIGTERM and SIGKILL, after the server's
         exit or the gateway's."""
         full_env = {**os.environ, **env} if env else None
-        if KEEPER is None:
-            popen = cls._popen_for(list(command), env=full_env, cwd=cwd)
+        # Read from its module, not copied: a test sets it to None to run without one.
+        if process_start.KEEPER is None:
+            popen = popen_for(list(command), env=full_env, cwd=cwd)
             log.info("upstream started", pid=popen.pid, command=list(command))
             return cls(popen, command, max_bytes, bounds)
         report_r, report_w = os.pipe()
         try:
-            keeper_cmd = _keeper_command(
+            keeper_cmd = keeper_command(
                 report_w, exit_grace, command, os.environ if full_env is None else full_env
             )
-            popen = cls._popen_for(keeper_cmd, env=full_env, cwd=cwd, pass_fds=(report_w,))
+            popen = popen_for(keeper_cmd, env=full_env, cwd=cwd, pass_fds=(report_w,))
         except BaseException:
             os.close(report_r)
             raise
         finally:
             os.close(report_w)
         report = KeeperReport(report_r)
-        pidfd = _open_pidfd(popen.pid)
-        await cls._keeper_started(popen, report, pidfd, command)
+        pidfd = open_pidfd(popen.pid)
+        await keeper_started(popen, report, pidfd, command)
         log.info("upstream started", pid=report.pid, keeper=popen.pid, command=list(command))
         return cls(popen, command, max_bytes, bounds, report, exit_grace, pidfd)
-
-    @staticmethod
-    def _popen_for(
-        args: list[str],
-        *,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        pass_fds: tuple[int, ...] = (),
-    ) -> subprocess.Popen[bytes]:
-        # No such command, no permission, no such cwd: the OS's own words.
-        with map_exceptions({OSError: _not_started}):
-            return subprocess.Popen(
-                args,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=cwd,
-                # Its own session: a Ctrl-C at our terminal is ours to handle,
-                # and we decide when the server stops (and its children too).
-                start_new_session=True,
-                pass_fds=pass_fds,
-                # Without a keeper: the gateway runs no threads of its own when
-                # it spawns; the hook only calls prctl. (With one, no hook: the
-                # keeper sees to it, and the spawn can use vfork.)
-                preexec_fn=None if pass_fds else _die_with_parent,  # noqa: PLW1509
-            )
-
-    @staticmethod
-    async def _keeper_started(
-        popen: subprocess.Popen[bytes], report: KeeperReport, pidfd: int, command: Sequence[str]
-    ) -> None:
-        """Until the keeper says the server runs; ServerNotStarted, in the
-        OS's words, if it could not be started. Not cancelled midway: a
-        keeper left without a reader would not know to stop the server."""
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(KEEPER_START_TIMEOUT):
-                report.read()
-                while report.pid is None and report.error is None and not report.eof:
-                    await anyio.wait_readable(report.fd)
-                    report.read()
-            if report.pid is not None:
-                return
-            # It is ending (or stuck): SIGTERM has it stop what it started.
-            with contextlib.suppress(ProcessLookupError):
-                popen.terminate()
-            await _reaped(popen, pidfd, KEEPER_START_TIMEOUT)
-        report.close()
-        for pipe in (popen.stdin, popen.stdout, popen.stderr):
-            if pipe is not None:
-                pipe.close()
-        if pidfd >= 0:
-            os.close(pidfd)
-        if report.error is not None:
-            cause = OSError(report.error, os.strerror(report.error), command[0])
-            raise ServerNotStarted(str(cause)) from cause
-        raise ServerNotStarted(
-            f"the process keeper ended before the server started (code {popen.returncode})"
-        )
 
     @property
     def returncode(self) -> int | None:
@@ -680,7 +370,7 @@ class StdioServerProcess:
         self._signal_group(signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self._popen.kill()
-        await _reaped(self._popen, self._pidfd, 5)
+        await reaped(self._popen, self._pidfd, 5)
 
     async def _stop_group(self, grace: float) -> None:
         """What the server left running in its process group (a child that

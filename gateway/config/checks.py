@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gateway import era
-from gateway.config import keys
+from gateway.config.keys import KEYS, where
 from gateway.core import authority
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def normalize_listen(value: str) -> str:
     return f"{host}:{parsed.port}"
 
 
-def check(cfg: Config) -> None:
+def check(cfg: Config) -> None:  # noqa: PLR0912 - one check per setting, in the order a reader meets them
     """ConfigError naming the first setting the gateway cannot run with."""
     if cfg.upstream_era not in ("auto", "modern", "legacy"):
         raise ConfigError(
@@ -131,7 +131,7 @@ def check(cfg: Config) -> None:
     _check_bounds(cfg)
     _check_state_keys(cfg)
     for root in cfg.static_roots:
-        check_root(root, keys.where("static_roots"))
+        check_root(root, where("static_roots"))
     for key in ("name", "version"):
         if not isinstance(cfg.client_info.get(key), str):
             raise ConfigError(
@@ -199,7 +199,7 @@ def _check_bounds(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not math.isfinite(value) or value <= 0:
             raise ConfigError(
-                f"{keys.where(name)} must be a positive number of seconds, not {value}",
+                f"{where(name)} must be a positive number of seconds, not {value}",
                 settings=(name,),
             )
     if not math.isfinite(cfg.input_batch_window) or cfg.input_batch_window < 0:
@@ -211,7 +211,7 @@ def _check_bounds(cfg: Config) -> None:
         value = getattr(cfg, name)
         if not math.isfinite(value) or value < 0:
             raise ConfigError(
-                f"{keys.where(name)} must be zero or a positive number of seconds",
+                f"{where(name)} must be zero or a positive number of seconds",
                 settings=(name,),
             )
     if cfg.restart_backoff_max < cfg.restart_backoff_initial:
@@ -234,7 +234,7 @@ def _check_bounds(cfg: Config) -> None:
     )
     for name in at_least_one:
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"{keys.where(name)} must be at least 1", settings=(name,))
+            raise ConfigError(f"{where(name)} must be at least 1", settings=(name,))
     for share, total in (
         ("max_parked_per_principal", "max_parked_calls"),
         ("tasks_max_live_per_principal", "tasks_max_live"),
@@ -242,8 +242,8 @@ def _check_bounds(cfg: Config) -> None:
     ):
         if not 0 <= getattr(cfg, share) <= getattr(cfg, total):
             raise ConfigError(
-                f"{keys.where(share)} must be 0 (three quarters of {keys.where(total)}) "
-                f"or a count of at most {keys.where(total)}",
+                f"{where(share)} must be 0 (three quarters of {where(total)}) "
+                f"or a count of at most {where(total)}",
                 settings=(share, total),
             )
     if cfg.max_message_bytes < 1024:
@@ -312,7 +312,7 @@ def _check_http(cfg: Config) -> None:
         ("tokens", cfg.http_tokens),
         ("admin_tokens", cfg.http_admin_tokens),
     ):
-        setting = (keys.KEYS["http", table],)
+        setting = (KEYS["http", table],)
         for name, token in tokens.items():
             if not isinstance(token, str) or not token.strip():
                 raise ConfigError(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.config import checks
+from gateway.config.checks import check as check_config
 from gateway.config.checks import normalize_listen
 from gateway.core.fair_share import Share
 from gateway.flow_control import DEFAULT_BOUNDS, QueueBounds
@@ -205,4 +205,4 @@ class Config:
         )
 
     def check(self) -> None:
-        checks.check(self)
+        check_config(self)

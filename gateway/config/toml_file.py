@@ -49,7 +49,7 @@ def read(path: str | Path | None) -> dict[str, tuple[Any, str]]:
     return given
 
 
-def coerce(name: str, value: Any, where: str) -> Any:
+def coerce(name: str, value: Any, where: str) -> Any:  # noqa: PLR0912 - one branch per TOML type a setting may hold
     """`value` as the setting `name` holds it, from what TOML (or JSON) gives;
     `where` names the setting in the error."""
     kind = str(TYPES[name])

@@ -265,7 +265,7 @@ def mismatch(msg_id: wire.RequestId | None, why: str) -> wire.Message:
     return wire.error_response(msg_id, wire.HEADER_MISMATCH, f"Header mismatch: {why}")
 
 
-def check_modern_headers(
+def check_modern_headers(  # noqa: PLR0911 - each header's check answers on its own
     headers: Mapping[str, str],
     msg: wire.Message,
     tool_params: tuple[HeaderParam, ...] | None = None,
@@ -366,13 +366,13 @@ class ToolHeaderCache:
 
 
 def modern_request_refusal(
-    headers: Mapping[str, str], msg: dict[str, Any], tools: ToolHeaderCache
+    headers: Mapping[str, str], msg: dict[str, Any], tools: ToolHeaderCache, body_is_modern: bool
 ) -> dict[str, Any] | None:
     """The 400 answer to a modern request over HTTP, or None: its `_meta`
     without the per-request fields (2026-07-28 "Per-request protocol
-    fields"), or headers that do not match its body (check_modern_headers)."""
-    missing = http_requests.missing_request_fields(msg)
-    if missing is not None:
-        return missing
+    fields"; `body_is_modern`: era.is_modern of it), or headers that do not
+    match its body (check_modern_headers)."""
+    if not body_is_modern:
+        return http_requests.missing_request_fields(msg)
     name = (msg.get("params") or {}).get("name")
     return check_modern_headers(headers, msg, tools.params(name) if isinstance(name, str) else None)

@@ -69,22 +69,19 @@ def get_refusal(headers: Mapping[str, str]) -> HeadRefusal | None:
     return None
 
 
-def post_is_modern(headers: Mapping[str, str], msg: wire.Message) -> bool:
+def post_is_modern(headers: Mapping[str, str], body_is_modern: bool) -> bool:
     """Which era a POST speaks: legacy when it names a session; else modern
-    when its body carries the per-request fields, or its
-    MCP-Protocol-Version header names a modern version (then a body without
-    them is refused, `missing_request_fields`)."""
+    when its body carries the per-request fields (`body_is_modern`:
+    era.is_modern of it), or its MCP-Protocol-Version header names a modern
+    version (then a body without them is refused, `missing_request_fields`)."""
     if headers.get("mcp-session-id") is not None:
         return False
-    version = headers.get("mcp-protocol-version", "").strip()
-    return era.is_modern(msg) or version in era.MODERN_VERSIONS
+    return body_is_modern or headers.get("mcp-protocol-version", "").strip() in era.MODERN_VERSIONS
 
 
-def missing_request_fields(msg: wire.Message) -> wire.Message | None:
-    """2026-07-28 "Per-request protocol fields": a modern request without
-    them is answered -32602 (HTTP 400); None when they are there."""
-    if era.is_modern(msg):
-        return None
+def missing_request_fields(msg: wire.Message) -> wire.Message:
+    """2026-07-28 "Per-request protocol fields": the -32602 (HTTP 400) a
+    modern request without them is answered."""
     return wire.error_response(
         msg.get("id"),
         wire.INVALID_PARAMS,

@@ -14,7 +14,7 @@ waiting client and the retry. Each call's state is plain data: rounds and
 asks in `HeldCall`, the rest in `mrtr_parking.Hold`; parking, expiry and
 closing are `mrtr_parking.CallBook`'s, and which retries get through (the
 requestState opened, re-run states spent once) `mrtr_retry_door`'s. The
-runtime (runtime/held_calls.py, held_call_runner.py) does the waiting: for
+runtime (runtime/mrtr_bridge.py, held_call_runner.py) does the waiting: for
 the session, the call's next input requests or end, and timers. Replay mode
 and the -32042 re-send use it too: their calls are closed instead of parked.
 """
@@ -22,9 +22,9 @@ and the -32042 re-send use it too: their calls are closed instead of parked.
 from __future__ import annotations
 
 from gateway import wire
+from gateway.core import held_call, mrtr_retry_door
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
-from gateway.core import mrtr_retry_door
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.fair_share import POOL_FULL, SHARE_FULL, ShareCount
 from gateway.core.mrtr_hold_events import (
@@ -83,7 +83,7 @@ class HoldTable:
         return self.book.shares
 
     # -- events -----------------------------------------------------------------
-    def handle(self, event: Event) -> list[Command]:
+    def handle(self, event: Event) -> list[Command]:  # noqa: PLR0911 - the dispatch on the event's type
         # Dispatch on the event's type; each handler returns the commands in order.
         if isinstance(event, TimerFired):
             return self._timer_fired(event)
@@ -249,7 +249,7 @@ class HoldTable:
                 ttl_ms=int(self.settings.state_ttl * 1000),
                 nonce=event.nonce,
             )
-        except core.TooManyRounds as exc:
+        except held_call.TooManyRounds as exc:
             error = replies.too_many_rounds(event.client_id, str(exc))
             return [*stopped, *self.book.close(hold, str(exc), event.now), ReplyToClient(error)]
         self.rounds += 1

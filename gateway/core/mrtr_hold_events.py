@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import wire
-from gateway.core import mrtr_bridge as core
+from gateway.core import held_call
 from gateway.core.engine import Command, Event
 from gateway.core.request_state import Claims
 
@@ -55,7 +55,7 @@ class CallArrived(Event):
 
     key: CallKey
     client_id: wire.RequestId
-    call: core.HeldCall
+    call: held_call.HeldCall
     now: float
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import wire
+from gateway.core import held_call, mrtr_shapes
 from gateway.core import mrtr_bridge as core
-from gateway.core import mrtr_shapes
 from gateway.core.fair_share import Share
 from gateway.core.request_state import Claims, Sealer, StateRejected
 
@@ -83,7 +83,7 @@ def upstream_timeout(client_id: wire.RequestId, seconds: float) -> wire.Message:
 def url_elicitation_required(
     client_id: wire.RequestId,
     error: dict[str, Any],
-    call: core.HeldCall,
+    call: held_call.HeldCall,
     sealer: Sealer,
     *,
     expires_ms: int,

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway import wire
+from gateway.core import held_call
 from gateway.core import mrtr_bridge as core
 from gateway.core import mrtr_hold_replies as replies
 from gateway.core.engine import CancelTimer, Command, Log, StartTimer
@@ -57,7 +58,7 @@ class Hold:
     """One bridged call's state."""
 
     key: CallKey
-    call: core.HeldCall
+    call: held_call.HeldCall
     started: bool = False  # the upstream call runs (or ran)
     waiting: bool = False  # a client request waits for its outcome
     busy: bool = False  # a retry is in progress

@@ -67,7 +67,7 @@ def _method_not_found(msg_id: wire.RequestId, method: str, why: str) -> Reply:
     )
 
 
-def route_request(
+def route_request(  # noqa: PLR0911, PLR0912 - the routing table, one return per route
     msg: wire.Message,
     session: LegacyClientSession | None,
     profile: UpstreamProfile,

@@ -37,3 +37,13 @@ def failure_reply(
     return wire.gateway_error(
         msg_id, wire.INTERNAL_ERROR, f"Upstream server failed: {exc}", reason="upstream-failed"
     )
+
+
+def unavailable_reply(why: str, msg_id: wire.RequestId) -> wire.Message:
+    """The answer to a request that came while no upstream could be had."""
+    return wire.gateway_error(
+        msg_id,
+        wire.INTERNAL_ERROR,
+        f"Upstream server unavailable: {why}",
+        reason="upstream-unavailable",
+    )

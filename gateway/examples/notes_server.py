@@ -82,7 +82,7 @@ def notify(method: str, params: dict[str, Any] | None = None) -> None:
     send(msg)
 
 
-def handle(msg: dict[str, Any], state: dict[str, Any]) -> None:
+def handle(msg: dict[str, Any], state: dict[str, Any]) -> None:  # noqa: PLR0911 - the example server's dispatch on the method
     method = msg.get("method")
     msg_id = msg.get("id")
     params = msg.get("params") or {}

@@ -10,12 +10,9 @@ import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
-
-if TYPE_CHECKING:
-    from gateway.fronts.limited_protocol import LimitedHttpToolsProtocol
 
 log = structlog.get_logger("gateway.fronts.http")
 
@@ -32,6 +29,19 @@ REFUSALS = {
     "shutdown": "requests whose body was still coming at shutdown answered 503",
     "evicted": "connections closed to admit new ones (idle, or slow to send a request)",
 }
+
+
+class GuardedConnection(Protocol):
+    """What the guard needs of a connection (fronts/limited_protocol.py's)."""
+
+    loop: asyncio.AbstractEventLoop
+    deadline: float  # loop time
+    phase: str  # IDLE, HEAD, BODY or SERVING
+
+    def evictable(self) -> bool: ...
+    def evict(self) -> None: ...
+    def expire(self) -> None: ...
+    def refuse_body(self, status: int, reason: str, message: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +93,7 @@ class ConnectionGuard:
         self.cap = limits.max_connections
         self.refusals = refusals
         self.on_refusal = on_refusal  # the HTTP status, for metrics
-        self.open: dict[LimitedHttpToolsProtocol, None] = {}
+        self.open: dict[GuardedConnection, None] = {}
         shortest = min(limits.header_timeout, limits.body_timeout, limits.idle_timeout)
         self.tick = min(shortest / 4, 1.0)
         self._sweep: asyncio.TimerHandle | None = None
@@ -92,7 +102,7 @@ class ConnectionGuard:
         # to, and none is left idle here to race the final close.
         self.draining = False
 
-    def admit(self, conn: LimitedHttpToolsProtocol) -> bool:
+    def admit(self, conn: GuardedConnection) -> bool:
         if len(self.open) >= self.cap and not self._make_room():
             return False
         self.open[conn] = None
@@ -100,13 +110,13 @@ class ConnectionGuard:
             self._sweep = conn.loop.call_later(self.tick, self.sweep, conn.loop)
         return True
 
-    def touch(self, conn: LimitedHttpToolsProtocol) -> None:
+    def touch(self, conn: GuardedConnection) -> None:
         """`conn` is active: it moves to the end of the eviction order."""
         if conn in self.open:
             del self.open[conn]
             self.open[conn] = None
 
-    def forget(self, conn: LimitedHttpToolsProtocol) -> None:
+    def forget(self, conn: GuardedConnection) -> None:
         self.open.pop(conn, None)
 
     def sweep(self, loop: asyncio.AbstractEventLoop) -> None:

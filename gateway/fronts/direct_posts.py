@@ -20,8 +20,9 @@ from typing import Protocol
 
 import structlog
 
-from gateway import inbound, wire
-from gateway.core import http_binding, http_requests
+from gateway import wire
+from gateway.core import http_binding, http_posts, http_requests
+from gateway.core.http_posts import PostKind
 from gateway.fronts.asgi import ClientGone, Receive, Scope, Send
 from gateway.fronts.http_access import HttpAccess
 from gateway.fronts.http_answers import HttpError, headers_of, is_reply_to
@@ -94,33 +95,25 @@ class DirectPosts:
             return False
         if http_requests.post_refusal(headers, self.limit) is not None:
             return False
-        try:
-            msg = wire.decode(body)
-        except wire.InvalidMessage:
-            return False
-        if wire.kind_of(msg) is not wire.Kind.REQUEST or inbound.problem(msg) is not None:
-            return False
+        post = http_posts.classify(headers, body, self.tools)
+        msg = post.msg
         assert calls.tg is not None
-        if http_requests.post_is_modern(headers, msg):
-            if http_binding.modern_request_refusal(headers, msg, self.tools) is not None:
-                return False
-            output, link = http_link(self.queues, principal)
-            try:
+        try:
+            if post.kind is PostKind.MODERN_CALL:
+                assert msg is not None
+                output, link = http_link(self.queues, principal)
                 call = calls.open(link, output, msg, True, None, None, answer.gone)
-            except HttpError:
-                return False
-            self.service.links.add(link)
-        else:
-            session_id = headers.get("mcp-session-id")
-            if session_id is None:  # initialize, or a 400
-                return False
-            try:
-                session = self.sessions.find(session_id, principal, msg.get("id"))
+                self.service.links.add(link)
+            elif post.kind is PostKind.LEGACY_CALL and post.session_id is not None:
+                assert msg is not None
+                session = self.sessions.find(post.session_id, principal, msg.get("id"))
                 call = calls.open(
                     session.link, session.output, msg, False, None, session, answer.gone
                 )
-            except HttpError:
-                return False
+            else:
+                return False  # refused, an initialize, a delivery: the ASGI front's
+        except HttpError:
+            return False
         direct = DirectCall(self, call, answer)
         if call.session is not None and call.session.resumable:
             # 2025-11-25: past the priming time the answer becomes a stream.

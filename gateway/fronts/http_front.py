@@ -15,8 +15,9 @@ from __future__ import annotations
 import anyio
 from anyio.abc import TaskGroup
 
-from gateway import inbound, wire
-from gateway.core import http_binding, http_requests
+from gateway import wire
+from gateway.core import http_binding, http_posts, http_requests
+from gateway.core.http_posts import PostKind
 from gateway.fronts.asgi import ClientGone, Receive, Scope, Send, client_gone
 from gateway.fronts.client_queues import ClientQueues
 from gateway.fronts.direct_posts import DirectPosts
@@ -162,39 +163,27 @@ class HttpFront:
         limit = self.config.max_message_bytes
         _refuse(http_requests.post_refusal(headers, limit))
         body = await read_body(receive, limit)
-        try:
-            msg = wire.decode(body)
-        except wire.InvalidMessage as exc:
-            if exc.reply is not None:
-                self.metrics.count_http_error(400)
-                await respond(send, 400, exc.reply)
-                return
-            raise HttpError(400, exc.reason) from None
-        kind = wire.kind_of(msg)
-        if kind is wire.Kind.REQUEST or kind is wire.Kind.NOTIFICATION:
-            # Before anything here reads a field (the progress token, the
-            # name for Mcp-Name): a wrong shape is -32602, HTTP 400.
-            wrong = inbound.problem(msg)
-            if wrong is not None:
-                msg_id = msg.get("id") if kind is wire.Kind.REQUEST else None
-                raise HttpError(
-                    400,
-                    f"Invalid params: {wrong[0]} {wrong[1]}",
-                    wire.INVALID_PARAMS,
-                    msg_id,
-                    field=wrong[0],
-                )
-        session_id = headers.get("mcp-session-id")
-        modern = http_requests.post_is_modern(headers, msg)
-        if kind is not wire.Kind.REQUEST:
-            await self._post_other(msg, kind, session_id, principal, modern, send)
+        post = http_posts.classify(headers, body, self._tools)
+        kind, msg = post.kind, post.msg
+        if kind is PostKind.REFUSED:
+            assert post.refusal is not None
+            self.metrics.count_http_error(400)
+            await respond(send, 400, post.refusal)
             return
-        if modern:
-            await self._modern_request(headers, principal, msg, receive, send, gone)
-        elif session_id is None and msg["method"] == "initialize":
+        assert msg is not None
+        if kind is PostKind.DELIVERY:
+            await self._deliver(msg, post.session_id, principal, post.modern, send)
+        elif kind is PostKind.MODERN_CALL:
+            output, link = http_link(self.queues, principal)
+            self.service.links.add(link)
+            try:
+                await self._calls.run(link, output, msg, receive, send, modern=True, gone=gone)
+            finally:
+                self.service.drop_link(link)
+        elif kind is PostKind.INITIALIZE:
             await self._sessions.initialize(principal, msg, receive, send)
         else:
-            session = self._sessions.find(session_id, principal, msg.get("id"))
+            session = self._sessions.find(post.session_id, principal, msg.get("id"))
             await self._calls.run(
                 session.link,
                 session.output,
@@ -206,10 +195,9 @@ class HttpFront:
                 gone=gone,
             )
 
-    async def _post_other(
+    async def _deliver(
         self,
         msg: wire.Message,
-        kind: wire.Kind,
         session_id: str | None,
         principal: str,
         modern: bool,
@@ -218,7 +206,7 @@ class HttpFront:
         """Notifications and the client's answers to server requests: 202."""
         if session_id is not None:
             session = self._sessions.find(session_id, principal, None)
-            if kind is wire.Kind.NOTIFICATION:
+            if wire.kind_of(msg) is wire.Kind.NOTIFICATION:
                 assert self.tg is not None
                 await self.service.handle_client_message(session.link, msg, self.tg, checked=True)
             else:
@@ -226,27 +214,6 @@ class HttpFront:
         elif not modern:
             raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
         await respond_empty(send, 202)
-
-    async def _modern_request(
-        self,
-        headers: dict[str, str],
-        principal: str,
-        msg: wire.Message,
-        receive: Receive,
-        send: Send,
-        gone: ClientGone | None,
-    ) -> None:
-        problem = http_binding.modern_request_refusal(headers, msg, self._tools)
-        if problem is not None:
-            self.metrics.count_http_error(400)
-            await respond(send, 400, problem)
-            return
-        output, link = http_link(self.queues, principal)
-        self.service.links.add(link)
-        try:
-            await self._calls.run(link, output, msg, receive, send, modern=True, gone=gone)
-        finally:
-            self.service.drop_link(link)
 
     # -- GET / DELETE (legacy sessions) ---------------------------------------------
     async def _get(

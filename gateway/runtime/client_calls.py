@@ -1,34 +1,32 @@
-"""A client's request on its way upstream and its answer on the way back.
-
-The core routes the request (core/routing.py) and plans how it travels
-(core/call_plan.py). When nothing in the plan has to wait, the request goes
-out at once and the upstream reader hands the reply back through a callback:
-no task, the speed of a bare relay. Otherwise a task in the client link's
-task group does the waiting (start-up, the session lease, a log level to set
-first, the MRTR bridge, a listen) with every wait bounded. Both take the
-same steps: the route here, the plan, progress token, lease and shaping in
-runtime/session_calls.py.
+"""A client's request on its one path upstream and back (DESIGN §3, "One
+path per call"). The core routes it, plans it, says how it is served and
+what comes after its reply (core/routing.py, core/call_plan.py). The steps
+run at once as far as nothing waits — a plain call goes out from the front's
+read and is answered from the upstream reader's callback, with no task — and
+a task of the client link's group runs them from the first step that waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
-from gateway import era, wire
-from gateway.client_link import CURRENT_REQUEST, ClientLink, InflightCall
+from gateway import wire
+from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.core import call_plan, legacy_tasks, mrtr_shapes, routing, task_shapes
-from gateway.core.call_plan import Lease
+from gateway.core import call_plan, routing
+from gateway.core.call_plan import Lease, Next, Served
 from gateway.core.profile import UpstreamProfile
-from gateway.core.upstream_failures import failure_reply
-from gateway.runtime.held_calls import MrtrBridge
+from gateway.core.upstream_failures import failure_reply, unavailable_reply
+from gateway.runtime.client_call import ClientCall, Serve, Step
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
 from gateway.runtime.listens import Listens
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.session_listen import SessionListen
 from gateway.runtime.task_runner import TaskRunner
@@ -36,7 +34,6 @@ from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import (
     UpstreamError,
-    UpstreamGone,
     UpstreamUnauthorized,
     UpstreamUnavailable,
 )
@@ -45,8 +42,8 @@ if TYPE_CHECKING:
     from gateway.runtime.tracing import RequestSpan, RequestTracing
 
 log = structlog.get_logger("gateway")
-
-Answer = Callable[[InflightCall], Awaitable[wire.Message | None]]
+DONE = Next.DONE
+after_reply = call_plan.after_reply
 
 
 class ClientCalls:
@@ -69,10 +66,12 @@ class ClientCalls:
         self.tasks = TaskRunner(config, self.bridge, on_session)
         self.legacy_tasks = LegacyTaskRunner(config, on_session, self.legacy_input)
         self._discover_hint = config.cache_hint("server/discover")
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._task_room = self.tasks.has_room
+        self._serve_settings = call_plan.ServeSettings(
+            config.tasks_for_legacy_clients, config.tasks_for_modern_clients
+        )
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
-        self._tg = tg
         self.bridge.start(tg)
         self.tasks.start(tg)
         self.legacy_tasks.start(tg)
@@ -84,23 +83,256 @@ class ClientCalls:
         tg: anyio.abc.TaskGroup,
         traced: RequestSpan | None = None,
     ) -> None:
-        """Serve a client request whose shape the front checked: at once when
-        nothing in it waits, else in a task of `tg` (the link's own group).
-        `traced`: its span, when tracing is on."""
-        if self._send_now(link, msg, traced):
-            return
-        call = InflightCall(anyio.CancelScope())
-        link.inflight[msg["id"]] = call
-        tg.start_soon(self._run, link, msg, call, None)
+        """Serve a client request whose shape the front checked, on its one
+        path: at once as far as nothing waits, in a task of `tg` (the link's
+        own group) from the first step that does. `traced`: its span, when
+        tracing is on."""
+        call = ClientCall(link, msg, tg, traced)
+        link.inflight[call.msg_id] = call
+        pool = self.pool
+        # (pool.profile_for and pool.settled, inlined: every call)
+        settlement = pool.settlement
+        profile = (
+            settlement.profile_for(call.legacy)
+            if settlement.profile is not None and pool.readiness.first_done
+            else None
+        )
+        if profile is None:
+            call.wait_in_task(self._until_ready(call))
+        elif (step := self._routed(call, profile)) is not None:
+            call.wait_in_task(step)
 
-    # -- the steps both paths take --------------------------------------------
-    def _route(
-        self, link: ClientLink, msg: wire.Message, profile: UpstreamProfile, *, fast: bool = False
-    ) -> routing.Decision | None:
-        """The core's decision; None on the fast path for one that opens a
-        legacy session (rare, and worth its log line)."""
+    # -- the steps, in order ------------------------------------------------------
+    async def _until_ready(self, call: ClientCall) -> Step | None:
+        try:
+            if not (self.pool.settled and self.pool.profile is not None):
+                with anyio.fail_after(self.config.startup_timeout):
+                    await self.pool.ready(call.link.principal)
+            profile = self.pool.profile_for(call.legacy)
+            assert profile is not None  # ready() returned: the era is settled
+        except UpstreamUnauthorized as exc:
+            call.answer_now(failure_reply(exc, call.msg_id))
+            return None
+        except (UpstreamUnavailable, TimeoutError) as exc:
+            why = str(exc) if isinstance(exc, UpstreamUnavailable) else self.pool.timeout_reason()
+            call.answer_now(unavailable_reply(why, call.msg_id))
+            return None
+        return self._routed(call, profile)
+
+    def _routed(self, call: ClientCall, profile: UpstreamProfile) -> Step | None:
+        decision = self._route(call, profile)
+        if isinstance(decision, routing.Reply):
+            call.answer_now(decision.message)
+            return None
+        call.decision = decision
+        if self.pool.legacy_side is not None:
+            log.debug("call", method=decision.method, path=self.pool.path_for(call.legacy))
+        session = self.pool.session_now(
+            call.link.principal, decision.client_capabilities, call.legacy
+        )
+        if session is None or session.profile is None or session.profile.era is not profile.era:
+            return self._until_session(call)
+        return self._on_session(call, session)
+
+    async def _until_session(self, call: ClientCall) -> Step | None:
+        decision = call.decision
+        assert decision is not None
+        link = call.link
+        try:
+            session = await self.pool.session_for(
+                link.principal, decision.client_capabilities, call.legacy
+            )
+            if session.profile is not None and session.profile.era is not call.routed_for:
+                # The upstream changed era (a restart re-probed it) while this
+                # request waited: route it afresh for the server it will meet.
+                redo = self._route(call, session.profile)
+                if isinstance(redo, routing.Reply):
+                    await call.link.send(redo.message)
+                    return None
+                call.decision = decision = redo
+                session = await self.pool.session_for(
+                    link.principal, decision.client_capabilities, call.legacy
+                )
+        except (UpstreamError, TimeoutError) as exc:
+            await call.link.send(failure_reply(exc, call.msg_id))
+            return None
+        return self._on_session(call, session)
+
+    def _on_session(self, call: ClientCall, session: UpstreamSession) -> Step | None:
+        decision = call.decision
+        assert decision is not None
+        link, msg = call.link, call.msg
+        profile = session.profile
+        served = call_plan.served_by(
+            decision,
+            msg.get("params"),
+            self._serve_settings,
+            None if profile is None else profile.capabilities,
+            self._task_room,
+            link.principal,
+        )
+        if served is Served.FORWARD:
+            on_session = self.on_session
+            plan = on_session.plan(link, decision, session)
+            tasks = on_session.task_tools and on_session.needs_task(decision, session)
+            if plan.must_wait or tasks:
+                return self._forward_waiting(call, session)
+            if plan.lease is Lease.SHARED:
+                lease = session.lease
+                taken = lease.share_now()
+                assert taken  # the plan found it free, and nothing ran since
+                call.share = lease
+            return self._send(call, session, plan.progress_token)
+        if served is Served.LEGACY_TASK_CALL:
+            call.answer_now(self.legacy_tasks.call(link, msg, decision, session))
+            return None
+        serve: Serve
+        if served is Served.SESSION_SUBSCRIPTION:
+            serve = partial(
+                self.session_listen(link).subscription_call, session, msg, decision.params
+            )
+        elif served is Served.LISTEN:
+            serve = partial(self.listens.listen, link, msg, session)
+        elif served is Served.LEGACY_TASK_METHOD:
+            serve = partial(self.legacy_tasks.serve, link, msg)
+        elif served is Served.TASK_METHOD:
+            serve = partial(self.tasks.serve, link, msg)
+        elif served is Served.TASK_CALL:
+            serve = partial(self.tasks.call, link, msg, decision, session)
+        else:
+            serve = partial(self.bridge.call, link, msg, decision, session)
+        return self._serve(call, serve)
+
+    def _send(
+        self, call: ClientCall, session: UpstreamSession, client_token: str | int | None
+    ) -> Step | None:
+        decision = call.decision
+        assert decision is not None
+        params = decision.params
+        if client_token is not None:
+            params, upstream_token = self.on_session.upstream_params(
+                call.link, session, params, client_token
+            )
+            if upstream_token is not None:
+                call.progress = (session.progress, upstream_token)
+        start = session.start_call if call.traced is None else call.traced.start_call(session)
+        shape, may_turn = self.on_session.shape, decision.shape is routing.Shape.TO_LEGACY
+
+        def replied(reply: wire.Message) -> None:
+            # (ClientCall.release, inlined for the lease share: every call on
+            # a legacy session has one.)
+            call.upstream = None
+            share = call.share
+            if share is not None:
+                call.share = None
+                share.release_shared()
+            if call.progress is not None:
+                call.release()
+            # (_replied, inlined: after_reply is DONE for every other shape)
+            turn = after_reply(True, reply, call.retried) if may_turn else DONE
+            if turn is DONE:
+                call.answer_now(shape(decision, reply, call.msg_id, session))
+            else:
+                call.wait_in_task(self._take_turn(call, session, reply, turn))
+
+        try:
+            upstream_id = start(
+                decision.method,
+                params,
+                replied,
+                timeout=self.config.request_timeout,
+                client_id=call.msg_id,
+                owner=call.link,
+                log_level=decision.log_level,
+            )
+        except UpstreamError as exc:  # not sent
+            call.answer_now(failure_reply(exc, call.msg_id))
+            return None
+        except BaseException:
+            call.end()  # the lease share and the progress route go on every way out
+            raise
+        if not call.ended:  # else its reply came as it was sent
+            call.upstream = (session, upstream_id)
+        return None
+
+    def _replied(
+        self, call: ClientCall, session: UpstreamSession, reply: wire.Message
+    ) -> Step | None:
+        decision = call.decision
+        assert decision is not None
+        # after_reply is DONE for any shape but TO_LEGACY: that test comes first.
+        turn = (
+            call_plan.after_reply(True, reply, call.retried)
+            if decision.shape is routing.Shape.TO_LEGACY
+            else DONE
+        )
+        if turn is DONE:
+            call.answer_now(self.on_session.shape(decision, reply, call.msg_id, session))
+            return None
+        return self._take_turn(call, session, reply, turn)
+
+    async def _forward_waiting(self, call: ClientCall, session: UpstreamSession) -> Step | None:
+        """A call whose sending waits (the session lease, a log level to set
+        first, a method that waits, a tool the server runs as a task)."""
+        decision = call.decision
+        assert decision is not None
+        try:
+            reply = await self.on_session.leased_forward(call.link, decision, session, call.msg_id)
+        except (UpstreamError, TimeoutError) as exc:
+            call.answer_now(failure_reply(exc, call.msg_id))
+            return None
+        return self._replied(call, session, reply)
+
+    async def _take_turn(
+        self,
+        call: ClientCall,
+        session: UpstreamSession,
+        reply: wire.Message,
+        turn: call_plan.Next,
+    ) -> Step | None:
+        """The turns a legacy client's reply may take before it is shaped:
+        -32022 (re-discover and retry once), and input_required or a task
+        (the loop of core/legacy_input.py)."""
+        decision = call.decision
+        assert decision is not None
+        link, msg_id = call.link, call.msg_id
+        try:
+            if turn is call_plan.Next.REDISCOVER:
+                # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
+                call.retried = True
+                profile = await self.pool.rediscover(link.principal)
+                redo = self._route(call, profile)
+                if isinstance(redo, routing.Reply):
+                    await call.link.send(redo.message)
+                    return None
+                call.decision = decision = redo
+                reply = await self.on_session.leased_forward(link, decision, session, msg_id)
+                turn = call_plan.after_reply(
+                    decision.shape is routing.Shape.TO_LEGACY, reply, retried=True
+                )
+            if turn is call_plan.Next.INPUT_LOOP:
+                reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
+        except (UpstreamError, TimeoutError) as exc:
+            await call.link.send(failure_reply(exc, msg_id))
+            return None
+        await call.link.send(self.on_session.shape(decision, reply, msg_id, session))
+        return None
+
+    async def _serve(self, call: ClientCall, serve: Serve) -> Step | None:
+        try:
+            reply = await serve()
+        except (UpstreamError, TimeoutError) as exc:
+            reply = failure_reply(exc, call.msg_id)
+        if reply is not None:
+            await call.link.send(reply)
+        return None
+
+    # -- the choices ----------------------------------------------------------------
+    def _route(self, call: ClientCall, profile: UpstreamProfile) -> routing.Decision:
+        link = call.link
+        call.routed_for = profile.era
         decision = routing.route_request(
-            msg,
+            call.msg,
             link.session,
             profile,
             self._discover_hint,
@@ -110,8 +342,6 @@ class ClientCalls:
             tasks_for_modern=self.config.tasks_for_modern_clients,
         )
         if isinstance(decision, routing.Reply) and decision.opens_session is not None:
-            if fast:
-                return None
             link.session = decision.opens_session
             log.info(
                 "legacy client session opened",
@@ -120,268 +350,3 @@ class ClientCalls:
                 client=decision.opens_session.client_info,
             )
         return decision
-
-    # -- at once ----------------------------------------------------------------
-    def _send_now(self, link: ClientLink, msg: wire.Message, traced: RequestSpan | None) -> bool:
-        """Send the request now if nothing in it waits; False leaves it to a task."""
-        pool = self.pool
-        legacy = _meets_legacy_side(link, msg)
-        profile = pool.profile_for(legacy)
-        if profile is None or not pool.settled:
-            return False
-        decision = self._route(link, msg, profile, fast=True)
-        if decision is None:
-            return False
-        if isinstance(decision, routing.Reply):
-            link.send_nowait(decision.message)
-            return True
-        if decision.shape is routing.Shape.TO_MODERN and (
-            MrtrBridge.takes(decision, msg)
-            or decision.method in task_shapes.TASK_METHODS
-            or self.tasks.takes(link, decision, msg)
-        ):
-            return False
-        if decision.shape is routing.Shape.TO_LEGACY and (
-            decision.method in legacy_tasks.METHODS or legacy_tasks.wants_task(msg.get("params"))
-        ):
-            return False
-        if (
-            self.on_session.task_tools
-            and decision.method == "tools/call"
-            and (decision.params or {}).get("name") in self.on_session.task_tools
-        ):
-            return False  # perhaps two requests upstream (SessionCalls.needs_task)
-        session = pool.session_now(link.principal, decision.client_capabilities, legacy)
-        if session is None or session.profile is None or session.profile.era is not profile.era:
-            return False
-        plan = self.on_session.plan(link, decision, session)
-        if plan.must_wait:
-            return False
-        msg_id: wire.RequestId = msg["id"]
-        if pool.legacy_side is not None:
-            log.debug("call", method=decision.method, path=pool.path_for(legacy))
-        params, upstream_token = decision.params, None
-        if plan.progress_token is not None:
-            params, upstream_token = self.on_session.upstream_params(
-                link, session, params, plan.progress_token
-            )
-        shared = plan.lease is Lease.SHARED
-        if shared and not session.lease.share_now():
-            return False
-
-        def finish() -> None:
-            link.call_ended(msg_id)
-            if shared:
-                session.lease.release_shared()
-            if upstream_token is not None:
-                session.progress.pop(upstream_token, None)
-
-        def on_reply(reply: wire.Message) -> None:
-            finish()
-            if decision.shape is routing.Shape.TO_LEGACY and (
-                call_plan.is_unsupported_version(reply)
-                or mrtr_shapes.reply_is_input_required(reply)
-                or task_shapes.is_task(reply.get("result"))
-            ):
-                # Rare turns that need waiting: a task takes the call from here.
-                call = InflightCall(anyio.CancelScope(), decision.log_level)
-                link.inflight[msg_id] = call
-                assert self._tg is not None
-
-                async def answer(_call: InflightCall) -> wire.Message | None:
-                    return await self._after_reply(link, msg, decision, session, reply)
-
-                self._tg.start_soon(self._run, link, msg, call, answer)
-                return
-            try:
-                link.send_nowait(self.on_session.shape(decision, reply, msg_id, session))
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                log.debug("client went away before its answer", id=msg_id)
-
-        started = False
-        start = session.start_call if traced is None else traced.start_call(session)
-        try:
-            upstream_id = start(
-                decision.method,
-                params,
-                on_reply,
-                timeout=self.config.request_timeout,
-                client_id=msg_id,
-                owner=link,
-                log_level=decision.log_level,
-            )
-            started = True
-        except UpstreamGone:
-            return False
-        finally:
-            if not started:
-                finish()  # the lease share and the progress route go on every way out
-
-        def cancel() -> None:
-            session.abandon_call(upstream_id, "cancelled by the client")
-            finish()
-
-        link.inflight[msg_id] = InflightCall(None, decision.log_level, cancel)
-        return True
-
-    # -- in a task ------------------------------------------------------------------
-    async def _run(
-        self, link: ClientLink, msg: wire.Message, call: InflightCall, answer: Answer | None
-    ) -> None:
-        msg_id = msg["id"]
-        assert call.scope is not None
-        CURRENT_REQUEST.set(msg_id)
-        try:
-            with call.scope:
-                if answer is not None:
-                    reply = await answer(call)
-                else:
-                    reply = await self._answer(link, msg, call)
-                if reply is not None:
-                    await link.send(reply)
-            if call.scope.cancelled_caught:
-                log.debug("request cancelled by the client", id=msg_id)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("client went away before its answer", id=msg_id)
-        finally:
-            link.call_ended(msg_id)
-
-    async def _answer(
-        self, link: ClientLink, msg: wire.Message, call: InflightCall
-    ) -> wire.Message | None:
-        msg_id = msg["id"]
-        legacy = _meets_legacy_side(link, msg)
-        try:
-            if not (self.pool.settled and self.pool.profile is not None):
-                with anyio.fail_after(self.config.startup_timeout):
-                    await self.pool.ready(link.principal)
-            profile = self.pool.profile_for(legacy)
-            assert profile is not None  # ready() returned: the era is settled
-        except UpstreamUnauthorized as exc:
-            return failure_reply(exc, msg_id)
-        except (UpstreamUnavailable, TimeoutError) as exc:
-            why = str(exc) if isinstance(exc, UpstreamUnavailable) else self.pool.timeout_reason()
-            return wire.gateway_error(
-                msg_id,
-                wire.INTERNAL_ERROR,
-                f"Upstream server unavailable: {why}",
-                reason="upstream-unavailable",
-            )
-        decision = self._route(link, msg, profile)
-        assert decision is not None
-        if isinstance(decision, routing.Reply):
-            return decision.message
-        call.log_level = decision.log_level
-        log.debug("call", method=decision.method, path=self.pool.path_for(legacy))
-        try:
-            session = await self.pool.session_for(
-                link.principal, decision.client_capabilities, legacy
-            )
-            if session.profile is not None and session.profile.era is not profile.era:
-                # The upstream changed era (a restart re-probed it) while this
-                # request waited: route it afresh for the server it will meet.
-                decision = self._route(link, msg, session.profile)
-                assert decision is not None
-                if isinstance(decision, routing.Reply):
-                    return decision.message
-                session = await self.pool.session_for(
-                    link.principal, decision.client_capabilities, legacy
-                )
-            special = await self._serve_special(link, msg, decision, session)
-            if special is not None:
-                return special
-            reply = await self.on_session.leased_forward(link, decision, session, msg_id)
-        except (UpstreamError, TimeoutError) as exc:
-            return failure_reply(exc, msg_id)
-        return await self._after_reply(link, msg, decision, session, reply)
-
-    async def _serve_special(
-        self,
-        link: ClientLink,
-        msg: wire.Message,
-        decision: routing.Forward,
-        session: UpstreamSession,
-    ) -> wire.Message | None:
-        """The answer to a call the gateway serves other than by forwarding it
-        as it is, or None for a plain forward."""
-        to_modern = decision.shape is routing.Shape.TO_MODERN
-        if decision.shape is routing.Shape.TO_LEGACY and decision.method in (
-            "resources/subscribe",
-            "resources/unsubscribe",
-        ):
-            # DESIGN §5.2.6: served by the session's upstream listen.
-            uri = (decision.params or {}).get("uri")
-            listen, add = self.session_listen(link), decision.method == "resources/subscribe"
-            limit = self.config.max_listen_uris
-            if add and uri not in listen.uris and len(listen.uris) >= limit:
-                # Each one more widens the session's upstream listen filter.
-                return wire.gateway_error(
-                    msg["id"],
-                    wire.INTERNAL_ERROR,
-                    f"Too many resource subscriptions on this session "
-                    f"(at most {limit}, [upstream] max_listen_uris)",
-                    reason="subscription-limit",
-                )
-            await listen.change(session, uri, add)
-            return wire.result_response(msg["id"], {})
-        if to_modern and decision.method == "subscriptions/listen":
-            return await self.listens.listen(link, msg, session)
-        if decision.shape is routing.Shape.TO_LEGACY and decision.method in legacy_tasks.METHODS:
-            return await self.legacy_tasks.serve(link, msg)
-        if (
-            decision.shape is routing.Shape.TO_LEGACY
-            and decision.method == "tools/call"
-            and legacy_tasks.wants_task(msg.get("params"))
-            and self.config.tasks_for_legacy_clients
-            and session.profile is not None
-            and task_shapes.offered_by(session.profile.capabilities)
-        ):
-            return self.legacy_tasks.call(link, msg, decision, session)
-        if to_modern and decision.method in task_shapes.TASK_METHODS:
-            return await self.tasks.serve(link, msg)
-        if to_modern and self.tasks.takes(link, decision, msg):
-            return await self.tasks.call(link, msg, decision, session)
-        if to_modern and MrtrBridge.takes(decision, msg):
-            return await self.bridge.call(link, msg, decision, session)
-        return None
-
-    async def _after_reply(
-        self,
-        link: ClientLink,
-        msg: wire.Message,
-        decision: routing.Forward,
-        session: UpstreamSession,
-        reply: wire.Message,
-    ) -> wire.Message | None:
-        """The turns a legacy client's reply may take before it is shaped:
-        -32022 (re-discover and retry once), and input_required or a task
-        (the loop of core/legacy_input.py)."""
-        msg_id = msg["id"]
-        try:
-            if decision.shape is routing.Shape.TO_LEGACY and call_plan.is_unsupported_version(
-                reply
-            ):
-                # DESIGN §5.2.7: the server moved on; learn its versions and retry once.
-                profile = await self.pool.rediscover(link.principal)
-                redo = self._route(link, msg, profile)
-                assert redo is not None
-                if isinstance(redo, routing.Reply):
-                    return redo.message
-                decision = redo
-                reply = await self.on_session.leased_forward(link, decision, session, msg_id)
-            if decision.shape is routing.Shape.TO_LEGACY and (
-                mrtr_shapes.reply_is_input_required(reply)
-                or task_shapes.is_task(reply.get("result"))
-            ):
-                reply = await self.legacy_input.complete(link, decision, session, reply, msg_id)
-        except (UpstreamError, TimeoutError) as exc:
-            return failure_reply(exc, msg_id)
-        return self.on_session.shape(decision, reply, msg_id, session)
-
-
-def _meets_legacy_side(link: ClientLink, msg: wire.Message) -> bool:
-    """Whether the request is a legacy client's, which a dual-era server
-    serves on its legacy side (DESIGN §5.3): a request with modern `_meta` is
-    served modern, whatever came before on the link."""
-    legacy = link.session is not None or msg["method"] == "initialize"
-    return legacy and not era.is_modern(msg)

@@ -5,7 +5,7 @@ what was waited for into the machine's next events (DESIGN §5.1.6-5.1.7).
 Taking the session and running the upstream call are the runner's; so is
 waiting for the call's outcome (its input requests, its end, or its
 OutcomeDue timer), after which the machine decides what the client hears.
-runtime/held_calls.py decides which calls come here and opens their retries.
+runtime/mrtr_bridge.py decides which calls come here and opens their retries.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from anyio.abc import TaskGroup
 from gateway import wire
 from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
-from gateway.core import mrtr_bridge as core
+from gateway.core import held_call
 from gateway.core import mrtr_hold_events as hold
 from gateway.core.engine import CancelTimer, Command, Event, Log, StartTimer, TimerFired
 from gateway.core.mrtr_hold import HoldTable
 from gateway.core.routing import Forward
 from gateway.core.upstream_failures import failure_reply
 from gateway.log_limit import LogLimiter
-from gateway.runtime.engine_timers import EngineTimers
+from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
 
@@ -47,7 +47,7 @@ class HeldEntry:
     """What the runtime keeps for one bridged call (its state is the table's)."""
 
     key: hold.CallKey
-    call: core.HeldCall
+    call: held_call.HeldCall
     link: ClientLink
     decision: Forward
     session: UpstreamSession
@@ -75,13 +75,13 @@ class HeldCallRunner:
         self._tg: TaskGroup | None = None
         self.entries: dict[hold.CallKey, HeldEntry] = {}
         self._keys = itertools.count(1)
-        self.timers = EngineTimers(self._timer_fired)
+        self.timers = Deadlines(self._timer_due)
         # What a principal can cause without end (a full share): once a minute.
         self._limited_log = LogLimiter(log)
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
-        tg.start_soon(self.timers.run, tg)
+        tg.start_soon(self.timers.run)
 
     # -- carrying out the table's commands -------------------------------------------
     async def step(self, entry: HeldEntry | None, event: Event) -> wire.Message | None:
@@ -136,6 +136,12 @@ class HeldCallRunner:
             raise TypeError(f"not a command of the hold machine: {cmd!r}")
         return None
 
+    def _timer_due(self, timer: Hashable) -> None:
+        # A firing may wait on I/O, and timers due together must not wait
+        # for each other: each gets a task.
+        assert self._tg is not None
+        self._tg.start_soon(self._timer_fired, timer)
+
     async def _timer_fired(self, timer: Hashable) -> None:
         assert isinstance(timer, Timer)
         await self.step(self.entries.get(timer.key), TimerFired(timer, anyio.current_time()))
@@ -167,7 +173,7 @@ class HeldCallRunner:
     async def run(
         self,
         msg_id: wire.RequestId,
-        call: core.HeldCall,
+        call: held_call.HeldCall,
         link: ClientLink,
         decision: Forward,
         session: UpstreamSession,

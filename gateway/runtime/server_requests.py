@@ -25,7 +25,7 @@ from gateway.core.server_requests import (
 )
 from gateway.core.session_choice import MODERN_KEY
 from gateway.log_limit import LogLimiter
-from gateway.runtime.held_calls import HeldEntry, MrtrBridge
+from gateway.runtime.mrtr_bridge import HeldEntry, MrtrBridge
 from gateway.runtime.upstream_session import UpstreamSession
 
 log = structlog.get_logger("gateway")

@@ -188,10 +188,7 @@ class GatewayService:
             return
         if self.tracing is not None:
             self.tracing.cancelled(link, msg_id)
-        if call.cancel is not None:
-            call.cancel()
-        elif call.scope is not None:
-            call.scope.cancel()
+        call.cancel()
 
     def hold_upstream_writes(self) -> None:
         self.pool.cork()

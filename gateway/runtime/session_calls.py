@@ -61,11 +61,17 @@ class SessionCalls:
     def plan(
         self, link: ClientLink, decision: routing.Forward, session: UpstreamSession
     ) -> call_plan.Plan:
-        level = decision.log_level
+        level, profile = decision.log_level, session.profile
+        lease = call_plan.lease_for(  # (lease_for, inlined: every call)
+            decision.method,
+            profile is not None and profile.era is era.Era.LEGACY,
+            link,
+            len(self.links) > 1,
+        )
         return call_plan.plan(
             decision.method,
             decision.params,
-            self.lease_for(link, decision, session),
+            lease,
             session.lease.can_share_now(),
             level is not None and session.log_level_needed(level) is not None,
         )
@@ -185,7 +191,11 @@ class SessionCalls:
     def needs_task(self, decision: routing.Forward, session: UpstreamSession) -> bool:
         """A modern client's call that its legacy server runs as a task of
         its own (core/legacy_task_tools.py)."""
-        if decision.method != "tools/call" or decision.shape is not routing.Shape.TO_MODERN:
+        if (
+            not self.task_tools  # learnt from tools/list: none is the rule
+            or decision.method != "tools/call"
+            or decision.shape is not routing.Shape.TO_MODERN
+        ):
             return False
         name = (decision.params or {}).get("name")
         support = self.task_tools.get(name) if isinstance(name, str) else None

@@ -59,6 +59,25 @@ class SessionListen:
         wanted = subs.Filter(frozenset(subs.LIST_CHANGED), tuple(sorted(self.uris)))
         return subs.supported(wanted, caps).as_params()
 
+    async def subscription_call(
+        self, session: UpstreamSession, msg: wire.Message, params: dict[str, Any] | None
+    ) -> wire.Message:
+        """The answer to a legacy client's resources/(un)subscribe, served by
+        this listen (DESIGN §5.2.6)."""
+        uri = (params or {}).get("uri")
+        add, limit = msg["method"] == "resources/subscribe", self.config.max_listen_uris
+        if add and uri not in self.uris and len(self.uris) >= limit:
+            # Each one more widens the session's upstream listen filter.
+            return wire.gateway_error(
+                msg["id"],
+                wire.INTERNAL_ERROR,
+                f"Too many resource subscriptions on this session "
+                f"(at most {limit}, [upstream] max_listen_uris)",
+                reason="subscription-limit",
+            )
+        await self.change(session, uri, add)
+        return wire.result_response(msg["id"], {})
+
     async def change(self, session: UpstreamSession, uri: str | None, add: bool) -> None:
         if uri is not None:
             (self.uris.add if add else self.uris.discard)(uri)

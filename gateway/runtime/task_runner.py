@@ -6,7 +6,7 @@ tool of a legacy server waits `[tasks] after` seconds as for any call; if
 the call has not ended by then it gets a task handle (`resultType: "task"`)
 and the call goes on here, in a task group of the gateway's own rather than
 the client's request. Each round of the call runs through the MRTR bridge
-(runtime/held_calls.py), so a legacy server's sampling, elicitation or
+(runtime/mrtr_bridge.py), so a legacy server's sampling, elicitation or
 roots request during the task parks the call exactly as for a waiting
 client: the task shows `input_required` with the bridge's input requests,
 and `tasks/update` brings the answers, which continue it with the sealed
@@ -27,12 +27,12 @@ from anyio.abc import TaskGroup
 from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
-from gateway.core import mrtr_shapes, task_shapes
+from gateway.core import call_plan, mrtr_shapes, task_shapes
 from gateway.core.routing import Forward
 from gateway.core.task_book import TaskBook, TaskRecord
 from gateway.core.upstream_failures import failure_reply
 from gateway.runtime.held_call_runner import now_ms
-from gateway.runtime.held_calls import MrtrBridge
+from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.share_log import log_refusal
@@ -71,21 +71,9 @@ class TaskRunner:
         self._tg = tg
         tg.start_soon(self._expire)
 
-    def takes(self, link: ClientLink, decision: Forward, msg: wire.Message) -> bool:
-        """A modern client's tools/call to a legacy server, from a client that
-        declared the extension; an MRTR retry too (SEP-2663 "Task Creation":
-        the rounds before a task are resolved synchronously, and the call may
-        become a task once they are)."""
-        return (
-            self.config.tasks_for_modern_clients
-            and decision.method == "tools/call"
-            and task_shapes.offered_by(decision.client_capabilities)
-            # Else the call is answered as any call: a principal past its
-            # share of tasks waits for its own calls, not others' tasks.
-            and self._has_room(link.principal)
-        )
-
-    def _has_room(self, principal: str) -> bool:
+    def has_room(self, principal: str) -> bool:
+        """Whether `principal` may start one more of the gateway's tasks (a
+        refusal is logged, rate-limited)."""
         refusal = self.book.refusal(principal)
         if refusal is not None:
             log_refusal(refusal, "the gateway's tasks", principal, self.book.share)
@@ -149,7 +137,7 @@ class TaskRunner:
         bridge for a client that can be asked for input, else forwarded
         (holding no more of the session than any call does)."""
         ttl = self.config.tasks_ttl
-        if MrtrBridge.takes(decision, msg):
+        if call_plan.bridged(decision, msg.get("params")):
             return await self.bridge.call(link, msg, decision, session, wait_limit=ttl)
         try:
             reply = await self.on_session.leased_forward(link, decision, session, msg["id"], ttl)

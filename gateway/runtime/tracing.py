@@ -133,7 +133,7 @@ class RequestSpan:
         self.span = span
         self.legacy = legacy
         self.tracestate = tracestate
-        # The fast path's upstream call in progress: a cancellation drops it
+        # The upstream call sent at once, in progress: a cancellation drops it
         # upstream without a reply, so the request's end ends its span.
         self.fast_call: Span | None = None
 
@@ -183,7 +183,7 @@ class RequestSpan:
         return span, tc.with_trace_context(params, header, self.tracestate)
 
     def start_call(self, session: UpstreamSession) -> StartFn:
-        """`session.start_call` with a CLIENT span (the fast path)."""
+        """`session.start_call` with a CLIENT span (a call sent at once)."""
 
         def start(
             method: str, params: dict[str, Any] | None, on_reply: ReplyCallback, **kw: Any

@@ -276,10 +276,10 @@ class UpstreamPool:
     def session_now(
         self, principal: str, client_caps: dict[str, Any], legacy_client: bool = False
     ) -> UpstreamSession | None:
-        """The live session for a call, if it exists already (the fast path)."""
+        """The live session for a call, if it exists already (no waiting)."""
         registry = self.registry
         session = registry.sessions.get(self.key_for(principal, client_caps, legacy_client))
-        if session is None or not session.alive:
+        if session is None or session.closed_reason is not None:  # (not alive; every call)
             return None
         return registry.claim(session)
 

@@ -5,7 +5,7 @@ decisions are the core's; this is the glue that awaits."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 import anyio
@@ -16,13 +16,15 @@ from gateway.client_link import ClientLink
 from gateway.core import upstream_log_level
 from gateway.core.profile import UpstreamProfile
 from gateway.core.session_choice import SessionKey
-from gateway.core.upstream_failures import failure_reply
 from gateway.loop_clock import LazyClock
+from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.pending_calls import (
     CallWatcher,
+    FailureCallback,
     PendingCall,
     ProgressRoute,
     ReplyCallback,
+    ReplyWaiter,
     ignore_reply,
 )
 from gateway.runtime.session_lease import SessionLease
@@ -67,6 +69,8 @@ class UpstreamSession:
         self._next_id = 0
         self._next_token = 0
         self.clock = LazyClock()  # anyio.current_time(), cheaper on the path of every call
+        # Every pending call's bound, watched by run_deadlines.
+        self.deadlines = Deadlines(self._overdue)
 
     @property
     def alive(self) -> bool:
@@ -103,20 +107,17 @@ class UpstreamSession:
     def fail_call(self, msg_id: int, reply: wire.Message, wind_down: float | None = None) -> None:
         """End a pending call with `reply` instead of the server's. The server
         is told to stop working on it only if it has not ended the call itself
-        within `wind_down` (WIND_DOWN by default): the sweeper sends that
-        cancellation, and drops the server's own late answer if it comes."""
+        within `wind_down` (WIND_DOWN by default): its deadline sends that
+        cancellation, and the server's own late answer is dropped if it comes."""
         pending = self.pending.get(msg_id)
         if pending is None:
             return
         pending.settle(reply)
         grace = WIND_DOWN if wind_down is None else wind_down
         self.pending[msg_id] = PendingCall(
-            None,
-            None,
-            on_reply=ignore_reply,
-            deadline=self.clock() + grace,
-            method=pending.method,
+            None, None, on_reply=ignore_reply, method=pending.method, timeout=grace
         )
+        self.deadlines.start(msg_id, self.clock() + grace)
 
     def next_id(self) -> int:
         self._next_id += 1
@@ -129,6 +130,42 @@ class UpstreamSession:
         self.progress[token] = ProgressRoute(owner, client_token)
         return token
 
+    def start_call(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        on_reply: ReplyCallback,
+        *,
+        timeout: float,
+        client_id: wire.RequestId | None = None,
+        owner: ClientLink | None = None,
+        log_level: str | None = None,
+        tag: CallWatcher | None = None,
+        on_failure: FailureCallback | None = None,
+    ) -> int:
+        """Send a request; the one way a request goes upstream. The reader
+        runs `on_reply` with the answer; the session runs it with a gateway
+        error under `client_id` (or `on_failure`, given one) if the server
+        exits or `timeout` passes first. Raises UpstreamGone if the session
+        is over, UpstreamNotReading if the server is too far behind: nothing
+        was sent then."""
+        if self.closed_reason is not None:
+            raise UpstreamGone(self.closed_reason)
+        self._next_id = msg_id = self._next_id + 1  # (next_id, inlined: every call)
+        self.pending[msg_id] = PendingCall(
+            owner, log_level, on_reply, method, timeout, client_id, tag, on_failure
+        )
+        try:
+            self.channel.send_nowait(wire.request(msg_id, method, params))
+        except ConnectionLost as exc:
+            self.pending.pop(msg_id, None)
+            raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
+        except UpstreamNotReading:
+            self.pending.pop(msg_id, None)
+            raise
+        self.deadlines.start(msg_id, self.clock() + timeout)
+        return msg_id
+
     async def call(
         self,
         method: str,
@@ -140,80 +177,32 @@ class UpstreamSession:
         client_id: wire.RequestId | None = None,
         tag: CallWatcher | None = None,
     ) -> wire.Message:
-        """Send a request and wait for its reply (a result or an error message).
-
-        Raises UpstreamGone if the connection ends first and UpstreamTimeout
-        after `timeout`. If the caller is cancelled, the server is told with
-        `notifications/cancelled` and a late reply is dropped.
-        """
-        if self.closed_reason is not None:
-            raise UpstreamGone(self.closed_reason)
-        msg_id = self.next_id()
-        done = anyio.Event()
-        pending = PendingCall(owner, log_level, done, method=method, client_id=client_id, tag=tag)
-        self.pending[msg_id] = pending
-        sent = False
-        try:
-            await self.channel.send(wire.request(msg_id, method, params))
-            sent = True
-            with anyio.fail_after(timeout):
-                await done.wait()
-        except TimeoutError:
-            await self._cancel_upstream(msg_id, f"no reply within {timeout:g}s")
-            raise UpstreamTimeout(f"upstream did not answer {method} within {timeout:g}s") from None
-        except anyio.get_cancelled_exc_class():
-            if sent and pending.reply is None:
-                await self._cancel_upstream(msg_id, "cancelled by the client")
-            raise
-        except ConnectionLost as exc:
-            if pending.reply is None and self.closed_reason is None:
-                raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
-        finally:
-            if self.pending.get(msg_id) is pending:  # not replaced by fail_call
-                del self.pending[msg_id]
-        if pending.reply is None:
-            raise UpstreamGone(self.closed_reason or "upstream connection ended")
-        return pending.reply
-
-    def start_call(
-        self,
-        method: str,
-        params: dict[str, Any] | None,
-        on_reply: ReplyCallback,
-        *,
-        timeout: float,
-        client_id: wire.RequestId,
-        owner: ClientLink | None = None,
-        log_level: str | None = None,
-    ) -> int:
-        """Send a request without waiting: the reader runs `on_reply` with the
-        answer (or a gateway error under `client_id` if the server exits or
-        the sweeper finds it overdue). The fast path for plain forwarding: no
-        task, no scope."""
-        if self.closed_reason is not None:
-            raise UpstreamGone(self.closed_reason)
-        msg_id = self.next_id()
-        self.pending[msg_id] = PendingCall(
-            owner,
-            log_level,
-            on_reply=on_reply,
-            deadline=self.clock() + timeout,
-            method=method,
+        """`start_call`, awaited: its reply, or the failure raised
+        (UpstreamGone, UpstreamTimeout, UpstreamNotReading). A caller that is
+        cancelled tells the server with `notifications/cancelled`, and a late
+        reply is dropped."""
+        waiter = ReplyWaiter()
+        msg_id = self.start_call(
+            method,
+            params,
+            waiter.settle,
+            timeout=timeout,
             client_id=client_id,
+            owner=owner,
+            log_level=log_level,
+            tag=tag,
+            on_failure=waiter.fail,
         )
         try:
-            self.channel.send_nowait(wire.request(msg_id, method, params))
-        except ConnectionLost as exc:
-            self.pending.pop(msg_id, None)
-            raise UpstreamGone(f"cannot write to upstream: {exc}") from exc
-        except UpstreamNotReading:
-            # Not sent: the caller's task path fails the call in its words.
-            self.pending.pop(msg_id, None)
-            raise UpstreamGone("the server is not reading") from None
-        return msg_id
+            return await waiter.reply()
+        except anyio.get_cancelled_exc_class():
+            if not waiter.settled:
+                self.abandon_call(msg_id, "cancelled by the client")
+            raise
 
     def abandon_call(self, msg_id: int, reason: str) -> None:
-        """The client gave up on a fast-path call: drop it and tell the server."""
+        """Nobody waits for the call any more: drop it and tell the server."""
+        self.deadlines.cancel(msg_id)
         if self.pending.pop(msg_id, None) is not None and self.closed_reason is None:
             try:
                 self.channel.send_nowait(
@@ -221,35 +210,21 @@ class UpstreamSession:
                         "notifications/cancelled", {"requestId": msg_id, "reason": reason}
                     )
                 )
-            except ConnectionLost as exc:  # the call is over anyway
+            except (ConnectionLost, UpstreamNotReading) as exc:  # the call is over anyway
                 log.debug("could not send cancellation upstream", error=str(exc))
 
-    async def run_sweeper(self, interval: float) -> None:
-        """Bound fast-path calls: fail those past their deadline."""
-        while self.closed_reason is None:  # each pass sleeps `interval`
-            await anyio.sleep(interval)
-            now = anyio.current_time()
-            overdue = [i for i, p in self.pending.items() if p.on_reply and p.deadline <= now]
-            for msg_id in overdue:
-                pending = self.pending[msg_id]
-                self.abandon_call(msg_id, "no reply in time")
-                overdue_call = UpstreamTimeout(f"upstream did not answer {pending.method} in time")
-                pending.settle(failure_reply(overdue_call, pending.client_id))
-
-    async def _cancel_upstream(self, msg_id: int, reason: str) -> None:
-        self.pending.pop(msg_id, None)
-        if self.closed_reason is not None:
+    def _overdue(self, msg_id: Hashable) -> None:
+        assert isinstance(msg_id, int)
+        pending = self.pending.get(msg_id)
+        if pending is None:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-            try:
-                await self.channel.send(
-                    wire.notification(
-                        "notifications/cancelled",
-                        {"requestId": msg_id, "reason": reason},
-                    )
-                )
-            except ConnectionLost as exc:  # the call is over anyway
-                log.debug("could not send cancellation upstream", error=str(exc))
+        bound = f"{pending.timeout:g}s"
+        self.abandon_call(msg_id, f"no reply within {bound}")
+        pending.fail(UpstreamTimeout(f"upstream did not answer {pending.method} within {bound}"))
+
+    async def run_deadlines(self) -> None:
+        """Bound every pending call (runs as long as the session does)."""
+        await self.deadlines.run()
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         """Send a notification; UpstreamGone if the connection is over."""
@@ -277,6 +252,7 @@ class UpstreamSession:
         """Deliver replies to their calls and everything else to the handler,
         until the connection ends; then fail every pending call."""
         reason = "upstream connection ended"
+        end_deadline = self.deadlines.cancel_at_once
         try:
             while True:  # ends when the channel raises at end of stream
                 batch = await self.channel.receive_batch()
@@ -291,7 +267,9 @@ class UpstreamSession:
                         pending = (
                             self.pending.pop(msg_id, None) if isinstance(msg_id, int) else None
                         )
-                        if pending is None:
+                        if pending is not None:
+                            end_deadline(msg_id, None)
+                        else:
                             # A late reply to a call we gave up on (timeout, cancel, probe).
                             log.debug(
                                 "reply to no pending call dropped", id=msg_id, session=self.label
@@ -312,11 +290,10 @@ class UpstreamSession:
         pending = list(self.pending.values())
         self.pending.clear()
         self.progress.clear()
+        self.deadlines.close()
+        gone = UpstreamGone(reason)
         for call in pending:
-            if call.on_reply is not None:
-                call.settle(failure_reply(UpstreamGone(reason), call.client_id))
-            elif call.done is not None:
-                call.done.set()
+            call.fail(gone)
 
     def log_level_needed(self, level: str | None) -> str | None:
         """The level to set upstream before a request asking `level`, if any

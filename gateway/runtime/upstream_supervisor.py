@@ -12,7 +12,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway import wire
-from gateway.backs.stdio_back import StdioServerProcess, stderr_summary
+from gateway.backs.server_output import stderr_summary
+from gateway.backs.stdio_back import StdioServerProcess
 from gateway.config import Config
 from gateway.core.session_choice import SessionKey
 from gateway.runtime.upstream_channel import Corker
@@ -109,7 +110,7 @@ class UpstreamSupervisor:
         assert self.tg is not None
         self.tg.start_soon(process.run_background)
         self.tg.start_soon(self._supervise, session, process)
-        self.tg.start_soon(session.run_sweeper, sweep_interval(self.config.request_timeout))
+        self.tg.start_soon(session.run_deadlines)
         return session
 
     async def _supervise(self, session: UpstreamSession, process: ServerConnection) -> None:
@@ -164,9 +165,3 @@ class UpstreamSupervisor:
     def uncork(self) -> None:
         for process in list(self.processes.values()):
             process.uncork()
-
-
-def sweep_interval(request_timeout: float) -> float:
-    # Timeouts of fast-path calls are checked this often: fine enough for a
-    # bound measured in seconds, cheap enough to ignore.
-    return min(1.0, max(request_timeout / 10, 0.05))

@@ -25,12 +25,11 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from gateway import era, wire
+from gateway import wire
 from gateway.client_link import MRTR_ROUND, ClientLink
 from gateway.config import Config
-from gateway.core import mrtr_bridge as core
+from gateway.core import held_call, mrtr_shapes
 from gateway.core import mrtr_hold_events as hold
-from gateway.core import mrtr_shapes
 from gateway.core.mrtr_hold import HoldTable
 from gateway.core.mrtr_parking import HoldSettings
 from gateway.core.request_state import Sealer, params_digest
@@ -115,17 +114,6 @@ class MrtrBridge:
         return self.table.rounds
 
     # -- which calls the bridge takes ------------------------------------------------
-    @staticmethod
-    def takes(decision: Forward, msg: wire.Message) -> bool:
-        """Calls of MRTR methods from a client that can be asked for input, and
-        retries (which carry requestState)."""
-        if decision.method not in era.MRTR_METHODS:
-            return False
-        params = msg.get("params") or {}
-        return mrtr_shapes.is_retry(params) or bool(
-            era.CLIENT_FEATURES & decision.client_capabilities.keys()
-        )
-
     def _replay_mode(self, decision: Forward) -> bool:
         if decision.method != "tools/call" or not self.config.replay_tools:
             return False
@@ -172,8 +160,8 @@ class MrtrBridge:
         decision: Forward,
         replay: dict[str, Any] | None = None,
         replay_round: int = 0,
-    ) -> core.HeldCall:
-        return core.HeldCall(
+    ) -> held_call.HeldCall:
+        return held_call.HeldCall(
             handle=None if replay is not None else secrets.token_urlsafe(12),
             principal=link.principal,
             method=decision.method,
