@@ -25,10 +25,10 @@ from gateway.core.upstream_failures import failure_reply, unavailable_reply
 from gateway.runtime.client_call import ClientCall, Serve, Step
 from gateway.runtime.legacy_input import LegacyInputLoop
 from gateway.runtime.legacy_task_runner import LegacyTaskRunner
-from gateway.runtime.listens import Listens
 from gateway.runtime.mrtr_bridge import MrtrBridge
 from gateway.runtime.session_calls import SessionCalls
-from gateway.runtime.session_listen import SessionListen
+from gateway.runtime.subscriptions.listens import Listens
+from gateway.runtime.subscriptions.session_listen import SessionListen
 from gateway.runtime.task_runner import TaskRunner
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession

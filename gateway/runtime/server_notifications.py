@@ -13,9 +13,9 @@ from gateway.core import subscriptions as subs_core
 from gateway.core.server_notifications import Kind
 from gateway.core.session_choice import MODERN_KEY
 from gateway.log_limit import LogLimiter
-from gateway.runtime.listens import Listens
 from gateway.runtime.pending_calls import PendingCall
 from gateway.runtime.server_requests import ServerRequestDesk, send_quietly
+from gateway.runtime.subscriptions.listens import Listens
 from gateway.runtime.upstream_session import UpstreamSession
 
 log = structlog.get_logger("gateway")

@@ -21,11 +21,11 @@ from gateway.core.profile import UpstreamProfile
 from gateway.fronts.port import GatewaySnapshot, Readiness
 from gateway.runtime import message_log
 from gateway.runtime.client_calls import ClientCalls
-from gateway.runtime.client_subscriptions import ClientSubscriptions
-from gateway.runtime.listens import Listens
 from gateway.runtime.message_log import MessageLog
 from gateway.runtime.server_notifications import NotificationRouter
 from gateway.runtime.server_requests import ServerRequestDesk
+from gateway.runtime.subscriptions.client_subscriptions import ClientSubscriptions
+from gateway.runtime.subscriptions.listens import Listens
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.runtime.upstream_supervisor import Connector

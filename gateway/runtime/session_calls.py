@@ -17,7 +17,7 @@ from gateway.core import call_plan, legacy_task_tools, routing, task_shapes
 from gateway.core import subscriptions as subs_core
 from gateway.core.call_plan import Lease
 from gateway.core.profile import UpstreamProfile
-from gateway.runtime.listens import Listens
+from gateway.runtime.subscriptions.listens import Listens
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.translate import CacheHint

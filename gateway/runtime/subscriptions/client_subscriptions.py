@@ -12,8 +12,8 @@ from gateway import wire
 from gateway.client_link import ClientLink
 from gateway.config import Config
 from gateway.core import subscriptions as subs_core
-from gateway.runtime.listens import Listens
-from gateway.runtime.session_listen import SessionListen
+from gateway.runtime.subscriptions.listens import Listens
+from gateway.runtime.subscriptions.session_listen import SessionListen
 from gateway.runtime.upstream_pool import UpstreamPool
 from gateway.runtime.upstream_session import UpstreamSession
 from gateway.upstream_errors import UpstreamError
