@@ -235,6 +235,7 @@ class ClientCalls:
             else:
                 call.wait_in_task(self._take_turn(call, session, reply, turn))
 
+        sent = False
         try:
             upstream_id = start(
                 decision.method,
@@ -245,12 +246,15 @@ class ClientCalls:
                 owner=call.link,
                 log_level=decision.log_level,
             )
-        except UpstreamError as exc:  # not sent
+            sent = True
+        except UpstreamError as exc:  # not sent: the client gets the upstream's failure
             call.answer_now(failure_reply(exc, call.msg_id))
             return None
-        except BaseException:
-            call.end()  # the lease share and the progress route go on every way out
-            raise
+        finally:
+            if not sent and not call.ended:
+                # A defect in the send itself: it propagates to the front,
+                # which answers it; what the call holds goes back first.
+                call.end()
         if not call.ended:  # else its reply came as it was sent
             call.upstream = (session, upstream_id)
         return None
